@@ -1,0 +1,175 @@
+# ringx: set-up, build and test.
+#
+#   make demo   set up, build, then train a small DDP model on 4 ranks with ringx
+#   make test   set up, build, then run the C++ tests, the Python tests and the wheel test
+#
+# Every target sets up what it needs by itself (Debian packages, .venv/, the
+# extension) and skips what is already done, so a second run is fast.
+# Targets marked (internal) are steps of the others; they can be run alone.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+# One thing at a time: the machines have 2 cores and the tests time themselves.
+.NOTPARALLEL:
+
+# Resolved now, before any PATH change, so it is never the venv's own python.
+PYTHON ?= $(shell command -v python3)
+VENV := .venv
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip
+# Recipes that run build tools put the venv first on PATH (ninja, and cmake
+# when the system one is too old).
+WITH_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+# torch is pinned to the CPU build that lies on this machine's disk: plain
+# `torch` or an open range would pull a multi-GB CUDA build.
+REQS := torch==2.13.0 libucx-cu13 scikit-build-core pybind11 ninja pytest numpy
+DEB_PKGS := catch2 iproute2
+CMAKE_MIN := 3.24
+JOBS := 2
+
+# The wheel test installs the built wheel into a clean venv holding only these.
+WHEEL_VENV := build/wheel-venv
+WHEEL_REQS := torch==2.13.0 libucx-cu13 numpy
+
+# Stamps are named after a hash of their requirement list, so editing the list
+# re-runs the install and nothing else does.
+hash = $(shell printf '%s' '$(1)' | sha1sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.stamp-deps-$(call hash,$(REQS))
+WHEEL_VENV_STAMP := $(WHEEL_VENV)/.stamp-deps-$(call hash,$(WHEEL_REQS))
+BUILD_STAMP := build/.stamp-install
+
+# What the extension is built from. The list itself is kept in build/.srclist
+# and rewritten when it changes, so deleting or adding a file rebuilds too.
+SRC_FILES := $(sort $(shell find csrc python cmake -type f \
+	-not -path '*/__pycache__/*' -not -name '*.pyc' -not -name '*.so' 2>/dev/null) \
+	$(wildcard CMakeLists.txt) pyproject.toml)
+SRC_LIST := build/.srclist
+ifneq ($(strip $(file <$(SRC_LIST))),$(strip $(SRC_FILES)))
+$(shell mkdir -p build)
+$(file >$(SRC_LIST),$(SRC_FILES))
+endif
+
+PY_TEST_TIMEOUT := 1500
+CTEST_TIMEOUT := 600
+
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test test demo bench bench-ddp clean distclean
+
+help:
+	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
+	@echo "make test        set up, build, run cpp-test, py-test and wheel-test, print a summary"
+	@echo "make build       pip install the extension into .venv (skipped when nothing changed)"
+	@echo "make cpp-test    Catch2 tests of the torch-free core, through ctest"
+	@echo "make py-test     pytest tests/python"
+	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
+	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
+	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
+
+# (internal) Debian packages, installed only when missing.
+sysdeps:
+	@missing=""; \
+	for p in $(DEB_PKGS); do \
+	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if ! "$(PYTHON)" -c 'import ensurepip' 2>/dev/null; then missing="$$missing python3-venv"; fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "sysdeps: installing$$missing"; \
+	  $(SUDO) apt-get update -q; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+# (internal) .venv/ with torch (CPU), UCX and the build tools.
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): | sysdeps
+	@test -x $(VPY) || { echo "venv: creating $(VENV)"; "$(PYTHON)" -m venv $(VENV); }
+	@extra=""; \
+	have=$$(cmake --version 2>/dev/null | head -n1 | awk '{print $$3}'); \
+	if [ -z "$$have" ] || ! printf '%s\n%s\n' "$(CMAKE_MIN)" "$$have" | sort -V -C; then \
+	  echo "venv: system cmake '$$have' is older than $(CMAKE_MIN): taking cmake from PyPI"; extra=cmake; \
+	fi; \
+	echo "venv: installing $(REQS) $$extra"; \
+	$(PIP) install -q $(REQS) $$extra
+	@rm -f $(VENV)/.stamp-deps-*
+	@touch $@
+
+# pip install the package (extension ringx._C) into .venv. scikit-build-core
+# builds in build/{wheel_tag}, so a rebuild only recompiles what changed.
+build: $(BUILD_STAMP)
+
+$(BUILD_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
+	@mkdir -p build
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install --no-build-isolation .
+	@touch $@
+
+UCX_PREFIX = $$($(VPY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')
+
+# Catch2 tests of the core (no torch, no Python).
+cpp-test: sysdeps venv
+	$(WITH_VENV) cmake -S . -B build/cpp -G Ninja \
+	  -DRINGX_BUILD_PYTHON=OFF -DRINGX_BUILD_TESTS=ON \
+	  -DCMAKE_PREFIX_PATH="$(UCX_PREFIX)"
+	$(WITH_VENV) cmake --build build/cpp -j $(JOBS)
+	$(WITH_VENV) ctest --test-dir build/cpp --output-on-failure --no-tests=error --timeout $(CTEST_TIMEOUT)
+
+# Multi-process tests of the installed package; a hang fails within the bound.
+py-test: sysdeps venv build
+	timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest tests/python -q
+
+# Build a wheel, install it into a clean venv and run a 2-rank smoke test there,
+# from outside the repo so that the installed package is what gets imported.
+wheel-test: sysdeps venv $(WHEEL_VENV_STAMP)
+	rm -f dist/ringx-*.whl
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps . -w dist/
+	$(WHEEL_VENV)/bin/python -m pip install -q --no-deps --force-reinstall dist/ringx-*.whl
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; cd "$$d"; \
+	timeout -k 10 300 "$(CURDIR)/$(WHEEL_VENV)/bin/python" "$(CURDIR)/tests/wheel_smoke.py" $(SMOKE_ARGS)
+
+$(WHEEL_VENV_STAMP):
+	@test -x $(WHEEL_VENV)/bin/python || { echo "wheel-test: creating $(WHEEL_VENV)"; "$(PYTHON)" -m venv $(WHEEL_VENV); }
+	@echo "wheel-test: installing $(WHEEL_REQS) into $(WHEEL_VENV)"
+	$(WHEEL_VENV)/bin/python -m pip install -q $(WHEEL_REQS)
+	@rm -f $(WHEEL_VENV)/.stamp-deps-*
+	@touch $@
+
+# Each suite's closing line, shown in the summary.
+SUMMARY_cpp-test := tests passed|tests failed|No tests were found
+SUMMARY_py-test := passed|failed|error|no tests ran
+SUMMARY_wheel-test := wheel smoke:
+
+# Runs every suite even when one fails, then says which passed; fails if any did.
+test: sysdeps venv build
+	@mkdir -p build/logs; rc=0; results=(); \
+	for t in cpp-test py-test wheel-test; do \
+	  echo "======== $$t ========"; \
+	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
+	  results+=("$$t|$$s"); \
+	done; \
+	echo; echo "======== make test: summary (logs in build/logs/) ========"; \
+	for r in "$${results[@]}"; do \
+	  t=$${r%%|*}; s=$${r##*|}; \
+	  case $$t in \
+	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; *) pat='$(SUMMARY_wheel-test)';; \
+	  esac; \
+	  last=$$(grep -E "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
+	  printf '%-11s %-7s %s\n' "$$t" "$$s" "$$last"; \
+	done; \
+	exit $$rc
+
+demo: sysdeps venv build
+	$(VENV)/bin/torchrun --standalone --nproc-per-node 4 examples/ddp_train.py $(DEMO_ARGS)
+
+bench: sysdeps venv build
+	$(VPY) benchmarks/collectives.py $(BENCH_ARGS)
+
+bench-ddp: sysdeps venv build
+	$(VPY) benchmarks/ddp.py $(BENCH_ARGS)
+
+clean:
+	rm -rf build dist python/*.egg-info *.egg-info
+	find python -name '*.so' -delete 2>/dev/null || true
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,61 @@
+#include "core/algorithms/registry.h"
+
+namespace ringx {
+
+// Recursive-doubling all-reduce, the latency algorithm: log2(p) rounds in
+// which every rank exchanges its whole buffer with the partner whose rank
+// differs in one bit and reduces the partner's copy into its own.
+//
+// Terms: p is the largest power of two <= n. The n-p "extra" ranks (r >= p)
+// first fold their data into rank r-p and at the end receive the result back
+// from it. Both partners of a round combine the same two values with a
+// commutative op, so every rank ends with bit-identical results.
+//
+// Bytes on the wire per rank: N log2(p) (+2N on folded ranks); steps:
+// log2(p) (+2 where n is not a power of two).
+Schedule buildAllReduceRecursiveDoubling(const CollArgs& a) {
+  Schedule s(a.dtype, a.op);
+  s.setAlgorithm("recursive_doubling");
+  const int n = a.size, r = a.rank;
+  const size_t bytes = a.bytes();
+  auto* buf = static_cast<std::byte*>(a.buf);
+
+  StepId last = kNoStep;
+  if (a.op == ReduceOp::PremulSum) {
+    s.setScaleFactor(a.premulFactor);
+    last = s.scale(buf, bytes);
+  }
+  if (n == 1 || a.count == 0) return s;
+
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  std::byte* tmp = s.scratch(bytes);
+  uint64_t msg = 0;
+
+  if (r >= p) {
+    s.send(r - p, collTag(a.seq, msg), buf, bytes, {last});
+    s.recv(r - p, collTag(a.seq, msg + 1), buf, bytes);
+    return s;
+  }
+  const bool hasExtra = r + p < n;
+  if (hasExtra) {
+    StepId in = s.recv(r + p, collTag(a.seq, msg), tmp, bytes);
+    last = s.reduce(buf, tmp, bytes, {in, last});
+  }
+  msg = 2;
+  for (int mask = 1; mask < p; mask <<= 1, ++msg) {
+    const int partner = r ^ mask;
+    // The receive may land only after the previous round's reduce read tmp.
+    StepId in = s.recv(partner, collTag(a.seq, msg), tmp, bytes, {last});
+    StepId out = s.send(partner, collTag(a.seq, msg), buf, bytes, {last});
+    last = s.reduce(buf, tmp, bytes, {in, out});
+  }
+  if (a.op == ReduceOp::Avg) {
+    s.setScaleFactor(1.0 / n);
+    last = s.scale(buf, bytes, {last});
+  }
+  if (hasExtra) s.send(r + p, collTag(a.seq, 1), buf, bytes, {last});
+  return s;
+}
+
+}  // namespace ringx

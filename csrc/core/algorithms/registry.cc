@@ -1,0 +1,39 @@
+#include "core/algorithms/registry.h"
+
+#include <array>
+
+namespace ringx {
+
+namespace {
+
+bool always(const CollArgs&) { return true; }
+
+constexpr std::array kAlgorithms{
+    Algorithm{"ring", Collective::AllReduce,
+              "reduce-scatter then all-gather around a ring, pipelined in segments; bandwidth-optimal",
+              "any world size", &always, &buildAllReduceRing},
+    Algorithm{"recursive_doubling", Collective::AllReduce,
+              "log2(n) rounds of whole-buffer exchange with a partner; latency-optimal for small messages",
+              "any world size (non-powers of two fold the extra ranks in first)", &always,
+              &buildAllReduceRecursiveDoubling},
+    Algorithm{"binomial", Collective::Broadcast, "pipelined binomial tree from the root", "any root",
+              &always, &buildBroadcastBinomial},
+    Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",
+              &always, &buildAllGatherRing},
+};
+
+}  // namespace
+
+std::span<const Algorithm> algorithms() { return kAlgorithms; }
+
+std::string algorithmNames(Collective coll) {
+  std::string out;
+  for (const auto& alg : kAlgorithms) {
+    if (alg.coll != coll) continue;
+    if (!out.empty()) out += ", ";
+    out += alg.name;
+  }
+  return out;
+}
+
+}  // namespace ringx

@@ -1,0 +1,34 @@
+// Every algorithm describes itself in one table row: the registry feeds
+// RINGX_ALGO, RINGX_DEBUG=INFO output and error messages.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/algorithms/coll_args.h"
+#include "core/engine/schedule.h"
+
+namespace ringx {
+
+struct Algorithm {
+  std::string_view name;
+  Collective coll;
+  std::string_view description;
+  std::string_view constraints;  // human-readable; `applies` is the check
+  bool (*applies)(const CollArgs&);
+  Schedule (*build)(const CollArgs&);
+};
+
+std::span<const Algorithm> algorithms();
+
+// The names registered for one collective, comma separated, for messages.
+std::string algorithmNames(Collective coll);
+
+// Builders, one per file (<coll>_<alg>.cc).
+Schedule buildAllReduceRing(const CollArgs& a);
+Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
+Schedule buildBroadcastBinomial(const CollArgs& a);
+Schedule buildAllGatherRing(const CollArgs& a);
+
+}  // namespace ringx

@@ -1,0 +1,363 @@
+#include "core/engine/communicator.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+#include "core/common/log.h"
+
+namespace ringx {
+
+using Clock = std::chrono::steady_clock;
+
+struct Communicator::Active {
+  std::unique_ptr<Op> op;
+  std::vector<uint32_t> remaining;
+  std::deque<StepId> ready;
+  std::unordered_map<StepId, TransferId> inflight;
+  size_t stepsDone = 0;
+  Clock::time_point deadline;
+  ReduceFn reduce = nullptr;
+  bool ended = false;
+};
+
+Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
+    : transport_(std::move(transport)),
+      options_(options),
+      rank_(transport_->rank()),
+      size_(transport_->size()) {
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (wakeFd_ < 0 || epollFd_ < 0) throw Error(ErrorKind::Internal, "ringx: eventfd/epoll creation failed");
+  for (int fd : {wakeFd_, transport_->eventFd()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      throw Error(ErrorKind::Internal, std::string("ringx: epoll_ctl failed: ") + std::strerror(errno));
+    }
+  }
+  progressThread_ = std::thread([this] { progressLoop(); });
+  completionThread_ = std::thread([this] { completionLoop(); });
+}
+
+Communicator::~Communicator() {
+  shutdown();
+  ::close(epollFd_);
+  ::close(wakeFd_);
+}
+
+void Communicator::submit(std::unique_ptr<Op> op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) {
+    throw Error(ErrorKind::Aborted, prefix(*op) + "the process group was shut down or aborted" +
+                                        (abortReason_.empty() ? "" : " (" + abortReason_ + ")") +
+                                        "; create a new group to communicate again");
+  }
+  submitted_.push_back(std::move(op));
+  if (sleeping_) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
+  }
+}
+
+void Communicator::abort(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      abortReason_ = why;
+      uint64_t one = 1;
+      [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
+    }
+  }
+  if (progressThread_.joinable()) progressThread_.join();
+  {
+    std::lock_guard<std::mutex> lock(cbMu_);
+    cbStop_ = true;
+  }
+  cbCv_.notify_all();
+  if (completionThread_.joinable() && completionThread_.get_id() != std::this_thread::get_id()) {
+    completionThread_.join();
+  } else if (completionThread_.joinable()) {
+    completionThread_.detach();
+  }
+}
+
+void Communicator::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_ = true;
+  }
+  abort("shut down");
+}
+
+std::optional<Error> Communicator::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+std::string Communicator::prefix(const Op& op) const {
+  return "ringx: " + op.name + " (rank " + std::to_string(rank_) + ", seq " + std::to_string(op.seq) + "): ";
+}
+
+bool Communicator::startSubmitted() {
+  std::deque<std::unique_ptr<Op>> batch;
+  std::optional<Error> poisoned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(submitted_);
+    poisoned = error_;
+  }
+  for (auto& op : batch) {
+    auto a = std::make_unique<Active>();
+    const Schedule& s = op->schedule;
+    a->remaining = s.depCounts();
+    for (StepId i = 0; i < a->remaining.size(); ++i) {
+      if (a->remaining[i] == 0) a->ready.push_back(i);
+    }
+    auto timeout = op->timeout.count() > 0 ? op->timeout : options_.timeout;
+    a->deadline = Clock::now() + timeout;
+    a->op = std::move(op);
+    Active& ref = *a;
+    active_.push_back(std::move(a));
+    RINGX_LOG(Trace, prefix(*ref.op) << "start, " << ref.op->schedule.steps().size() << " steps, algorithm "
+                                     << ref.op->schedule.algorithm());
+    if (poisoned) {
+      fail(ref, poisoned->kind(), std::string("the communicator failed earlier: ") + poisoned->what());
+    } else if (ref.remaining.empty()) {
+      finish(ref);
+    }
+  }
+  return !batch.empty();
+}
+
+bool Communicator::runReady(Active& a) {
+  bool did = false;
+  while (!a.ready.empty() && !a.ended) {
+    StepId id = a.ready.front();
+    a.ready.pop_front();
+    const Step& s = a.op->schedule.steps()[id];
+    did = true;
+    switch (s.kind) {
+      case StepKind::Send:
+      case StepKind::Recv:
+        post(a, id);
+        continue;
+      case StepKind::Reduce:
+        if (!a.reduce) a.reduce = reduceFn(a.op->schedule.dtype(), a.op->schedule.op());
+        a.reduce(s.dst, s.src, s.bytes / dtypeSize(a.op->schedule.dtype()));
+        break;
+      case StepKind::Copy:
+        if (s.bytes) std::memmove(s.dst, s.src, s.bytes);
+        break;
+      case StepKind::Scale:
+        scale(s.dst, s.bytes / dtypeSize(a.op->schedule.dtype()), a.op->schedule.dtype(),
+              a.op->schedule.scaleFactor());
+        break;
+    }
+    stepDone(a, id);
+  }
+  return did;
+}
+
+void Communicator::post(Active& a, StepId id) {
+  const Step& s = a.op->schedule.steps()[id];
+  Active* ap = &a;
+  auto done = [this, ap, id](const TransferResult& r) {
+    Active& act = *ap;
+    act.inflight.erase(id);
+    if (act.ended) return;
+    const Step& st = act.op->schedule.steps()[id];
+    if (!r.ok) {
+      fail(act, r.errorKind, r.error);
+    } else if (st.kind == StepKind::Recv && r.bytes != st.bytes) {
+      fail(act, ErrorKind::InvalidArgument,
+           "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
+               std::to_string(st.bytes) + " were expected: the ranks passed tensors of different sizes");
+    } else {
+      stepDone(act, id);
+    }
+  };
+  // Record the step before posting: the transport may complete it during the
+  // next progress() and the callback looks it up.
+  TransferId tid = s.kind == StepKind::Send
+                       ? transport_->isend(s.peer, s.tag, s.src, s.bytes, MemoryKind::Host, std::move(done))
+                       : transport_->irecv(s.peer, s.tag, s.dst, s.bytes, MemoryKind::Host, std::move(done));
+  a.inflight.emplace(id, tid);
+}
+
+void Communicator::stepDone(Active& a, StepId id) {
+  ++a.stepsDone;
+  for (StepId d : a.op->schedule.dependents()[id]) {
+    if (--a.remaining[d] == 0) a.ready.push_back(d);
+  }
+  if (a.stepsDone == a.remaining.size()) finish(a);
+}
+
+void Communicator::finish(Active& a) {
+  a.ended = true;
+  if (a.op->onDone) a.op->onDone(nullptr);
+  if (a.op->onCallbacks) {
+    auto cb = std::move(a.op->onCallbacks);
+    std::lock_guard<std::mutex> lock(cbMu_);
+    callbacks_.push_back([cb = std::move(cb)] { cb(nullptr); });
+  }
+  cbCv_.notify_one();
+}
+
+void Communicator::fail(Active& a, ErrorKind kind, const std::string& what) {
+  if (a.ended) return;
+  a.ended = true;
+  Error err(kind, prefix(*a.op) + what);
+  RINGX_LOG(Warn, err.what());
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) {
+      error_ = err;
+      first = true;
+    }
+  }
+  for (auto& [step, tid] : a.inflight) transport_->cancel(tid);
+  if (a.op->onDone) a.op->onDone(&err);
+  if (a.op->onCallbacks) {
+    auto cb = std::move(a.op->onCallbacks);
+    std::lock_guard<std::mutex> lock(cbMu_);
+    callbacks_.push_back([cb = std::move(cb), err] { cb(&err); });
+  }
+  cbCv_.notify_one();
+  if (first) {
+    for (auto& other : active_) {
+      if (other.get() != &a && !other->ended) {
+        fail(*other, kind, std::string("the communicator failed: ") + err.what());
+      }
+    }
+  }
+}
+
+bool Communicator::reapFinished() {
+  size_t before = active_.size();
+  active_.remove_if([](const std::unique_ptr<Active>& a) { return a->ended && a->inflight.empty(); });
+  return active_.size() != before;
+}
+
+std::string Communicator::awaitedPeers(const Active& a) const {
+  std::set<int> recvFrom, sendTo;
+  for (auto& [step, tid] : a.inflight) {
+    const Step& s = a.op->schedule.steps()[step];
+    (s.kind == StepKind::Recv ? recvFrom : sendTo).insert(s.peer);
+  }
+  auto list = [](const std::set<int>& peers) {
+    std::string out;
+    for (int p : peers) {
+      if (!out.empty()) out += ", ";
+      out += p == kAnySource ? std::string("any rank") : std::to_string(p);
+    }
+    return out;
+  };
+  if (!recvFrom.empty()) return "waiting for data from rank(s) " + list(recvFrom);
+  if (!sendTo.empty()) return "waiting for rank(s) " + list(sendTo) + " to receive";
+  return "no transfer in flight";
+}
+
+void Communicator::checkDeadlines() {
+  auto now = Clock::now();
+  for (auto& a : active_) {
+    if (a->ended || now < a->deadline) continue;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        (a->op->timeout.count() > 0 ? a->op->timeout : options_.timeout));
+    fail(*a, ErrorKind::Timeout,
+         "Timed out after " + std::to_string(ms.count()) + " ms, " + awaitedPeers(*a) + " (algorithm " +
+             a->op->schedule.algorithm() + ", " + std::to_string(a->stepsDone) + "/" +
+             std::to_string(a->remaining.size()) +
+             " steps done). Every rank must call the same collectives in the same order; a peer may "
+             "have stalled or died. Raise the limit with init_process_group(timeout=...).");
+  }
+}
+
+void Communicator::sleepUntilWork() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!submitted_.empty() || stopping_) return;
+    sleeping_ = true;
+  }
+  if (transport_->arm()) {
+    int timeoutMs = 100;
+    auto now = Clock::now();
+    for (auto& a : active_) {
+      if (a->ended) continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(a->deadline - now).count() + 1;
+      timeoutMs = std::clamp<int>(int(std::min<long>(left, timeoutMs)), 0, timeoutMs);
+    }
+    epoll_event events[2];
+    ::epoll_wait(epollFd_, events, 2, timeoutMs);
+    uint64_t v;
+    while (::read(wakeFd_, &v, sizeof(v)) > 0) {
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sleeping_ = false;
+}
+
+void Communicator::progressLoop() {
+  auto idleSince = Clock::now();
+  for (;;) {
+    if (stopping_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool pending = !submitted_.empty() ||
+                     std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
+      if (!drain_ || !pending) break;
+    }
+    bool did = startSubmitted();
+    did |= transport_->progress();
+    for (auto& a : active_) did |= runReady(*a);
+    did |= reapFinished();
+    checkDeadlines();
+    if (did) {
+      idleSince = Clock::now();
+      continue;
+    }
+    if (Clock::now() - idleSince < options_.spin) {
+      std::this_thread::yield();
+      continue;
+    }
+    sleepUntilWork();
+    idleSince = Clock::now();
+  }
+  startSubmitted();
+  for (auto& a : active_) {
+    fail(*a, ErrorKind::Aborted,
+         "aborted: the process group was " + (abortReason_.empty() ? std::string("aborted") : abortReason_) +
+             " while this operation was pending");
+  }
+  // Destroying the transport cancels and closes everything it still holds,
+  // after which no buffer of any op is referenced and the ops can go.
+  transport_.reset();
+  active_.clear();
+}
+
+void Communicator::completionLoop() {
+  for (;;) {
+    std::function<void()> cb;
+    {
+      std::unique_lock<std::mutex> lock(cbMu_);
+      cbCv_.wait(lock, [this] { return cbStop_ || !callbacks_.empty(); });
+      if (callbacks_.empty()) return;
+      cb = std::move(callbacks_.front());
+      callbacks_.pop_front();
+    }
+    try {
+      cb();
+    } catch (const std::exception& e) {
+      RINGX_LOG(Warn, "ringx: a completion callback threw: " << e.what());
+    }
+  }
+}
+
+}  // namespace ringx

@@ -1,0 +1,35 @@
+// One collective or point-to-point call on its way through the engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/engine/schedule.h"
+
+namespace ringx {
+
+struct Op {
+  Op(std::string name, uint64_t seq, Schedule schedule)
+      : name(std::move(name)), seq(seq), schedule(std::move(schedule)) {}
+
+  std::string name;  // the torch name users know: "all_reduce", "broadcast", ...
+  uint64_t seq;
+  Schedule schedule;
+  std::chrono::milliseconds timeout{0};  // 0: the communicator's default
+
+  // Runs on the progress thread when the op ends (error == nullptr on
+  // success). Must be quick and must not call user code: it only publishes.
+  std::function<void(const Error* error)> onDone;
+  // Runs afterwards on the communicator's completion thread, where user
+  // callbacks (future continuations) may block or issue more collectives.
+  std::function<void(const Error* error)> onCallbacks;
+  // Whatever must outlive every transfer (tensors): released only once the
+  // transport no longer references the op's buffers.
+  std::shared_ptr<void> keepAlive;
+};
+
+}  // namespace ringx

@@ -1,0 +1,98 @@
+// A schedule is what an algorithm emits: a DAG of small steps (send a segment
+// to a peer, receive one into a buffer, reduce one buffer into another, copy,
+// scale) that the engine drives without blocking. Pipelining, flow control
+// (a receive slot is reused only after the reduce that drained it) and every
+// error path live in the dependencies and in the engine, not in algorithms.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/types.h"
+#include "core/reduce/reduce.h"
+
+namespace ringx {
+
+using StepId = uint32_t;
+inline constexpr StepId kNoStep = ~StepId{0};
+
+enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale };
+
+struct Step {
+  StepKind kind;
+  int peer = -1;              // Send/Recv
+  uint64_t tag = 0;           // Send/Recv, caller bits only
+  void* dst = nullptr;        // Recv target; Reduce/Copy/Scale destination
+  const void* src = nullptr;  // Send source; Reduce/Copy source
+  size_t bytes = 0;           // Send/Recv/Copy length; Reduce/Scale: bytes of dst
+};
+
+class Schedule {
+ public:
+  Schedule(DType dtype, ReduceOp op) : dtype_(dtype), op_(op) {}
+
+  // Adds a step that may start once every listed step is done; kNoStep
+  // entries are ignored so builders can pass optional dependencies.
+  StepId add(const Step& step, std::initializer_list<StepId> deps = {}) {
+    StepId id = StepId(steps_.size());
+    steps_.push_back(step);
+    dependents_.emplace_back();
+    uint32_t n = 0;
+    for (StepId d : deps) {
+      if (d == kNoStep) continue;
+      dependents_[d].push_back(id);
+      ++n;
+    }
+    depCount_.push_back(n);
+    return id;
+  }
+
+  StepId send(int peer, uint64_t tag, const void* src, size_t bytes, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Send, peer, tag, nullptr, src, bytes}, deps);
+  }
+  StepId recv(int peer, uint64_t tag, void* dst, size_t bytes, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Recv, peer, tag, dst, nullptr, bytes}, deps);
+  }
+  StepId reduce(void* dst, const void* src, size_t bytes, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Reduce, -1, 0, dst, src, bytes}, deps);
+  }
+  StepId copy(void* dst, const void* src, size_t bytes, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Copy, -1, 0, dst, src, bytes}, deps);
+  }
+  StepId scale(void* buf, size_t bytes, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Scale, -1, 0, buf, nullptr, bytes}, deps);
+  }
+
+  // Scratch memory owned by the schedule (receive slots, staging copies).
+  std::byte* scratch(size_t bytes) {
+    scratch_.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
+    return scratch_.back().get();
+  }
+
+  void setScaleFactor(double f) { scaleFactor_ = f; }
+  void setAlgorithm(std::string name) { algorithm_ = std::move(name); }
+
+  DType dtype() const { return dtype_; }
+  ReduceOp op() const { return op_; }
+  double scaleFactor() const { return scaleFactor_; }
+  const std::string& algorithm() const { return algorithm_; }
+  const std::vector<Step>& steps() const { return steps_; }
+  const std::vector<std::vector<StepId>>& dependents() const { return dependents_; }
+  const std::vector<uint32_t>& depCounts() const { return depCount_; }
+
+ private:
+  DType dtype_;
+  ReduceOp op_;
+  double scaleFactor_ = 1.0;
+  std::string algorithm_;
+  std::vector<Step> steps_;
+  std::vector<std::vector<StepId>> dependents_;
+  std::vector<uint32_t> depCount_;
+  std::vector<std::unique_ptr<std::byte[]>> scratch_;
+};
+
+}  // namespace ringx

@@ -1,0 +1,122 @@
+#include "core/select/select.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "core/common/error.h"
+
+namespace ringx {
+
+namespace {
+
+// The alpha-beta-gamma model's constants, in microseconds and microseconds
+// per byte. Measured on the 2-core development VM (posix shared memory via
+// UCX): alpha is the one-way time of a small tagged message through the
+// progress threads (ucx_perftest tag_lat plus a thread wake-up); beta is the
+// inverse of ucx_perftest tag_bw at 4 MiB (about 3.3 GB/s); gamma is the
+// inverse of the float32 sum kernel's rate over cache-cold buffers (about
+// 5 GB/s). Re-measure with benchmarks/collectives.py and update together.
+struct Constants {
+  double alphaUs = 8.0;
+  double betaUsPerByte = 1.0 / 3300.0;
+  double gammaUsPerByte = 1.0 / 5000.0;
+};
+constexpr Constants kCost{};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+const Algorithm* find(Collective coll, std::string_view name) {
+  for (const auto& alg : algorithms()) {
+    if (alg.coll == coll && alg.name == name) return &alg;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+AlgoOverride::AlgoOverride(const std::string& spec) : spec_(spec) {
+  std::string_view rest = spec_;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view entry = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    if (entry.empty()) continue;
+    size_t colon = entry.find(':');
+    bool matched = false;
+    for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::AllGather}) {
+      std::string_view name = entry;
+      if (colon != std::string_view::npos) {
+        if (trim(entry.substr(0, colon)) != collectiveName(c)) continue;
+        name = trim(entry.substr(colon + 1));
+      }
+      if (find(c, name)) {
+        perColl_[int(c)] = std::string(name);
+        matched = true;
+      } else if (colon != std::string_view::npos) {
+        throw Error(ErrorKind::InvalidArgument, "ringx: RINGX_ALGO entry '" + std::string(entry) +
+                                                    "' names no algorithm of " + std::string(collectiveName(c)) +
+                                                    "; choose from: " + algorithmNames(c));
+      }
+    }
+    if (!matched) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "ringx: RINGX_ALGO entry '" + std::string(entry) + "' names no algorithm; all_reduce has: " +
+                      algorithmNames(Collective::AllReduce) + "; broadcast has: " + algorithmNames(Collective::Broadcast) +
+                      "; all_gather has: " + algorithmNames(Collective::AllGather));
+    }
+  }
+}
+
+const AlgoOverride& AlgoOverride::fromEnv() {
+  static const AlgoOverride o([] {
+    const char* v = std::getenv("RINGX_ALGO");
+    return std::string(v ? v : "");
+  }());
+  return o;
+}
+
+std::string_view AlgoOverride::forCollective(Collective coll) const { return perColl_[int(coll)]; }
+
+double estimateUs(const Algorithm& alg, const CollArgs& a) {
+  const double n = a.size, N = double(a.bytes());
+  const double lg = std::ceil(std::log2(std::max(1.0, n)));
+  if (alg.build == &buildAllReduceRing) {
+    return 2 * (n - 1) * kCost.alphaUs + 2 * (n - 1) / n * N * kCost.betaUsPerByte +
+           (n - 1) / n * N * kCost.gammaUsPerByte;
+  }
+  if (alg.build == &buildAllReduceRecursiveDoubling) {
+    const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
+    const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
+    return std::log2(p) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte)) + fold;
+  }
+  return lg * (kCost.alphaUs + N * kCost.betaUsPerByte);
+}
+
+const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override) {
+  std::string_view forced = override.forCollective(args.coll);
+  if (!forced.empty()) {
+    const Algorithm* alg = find(args.coll, forced);
+    if (alg && alg->applies(args)) return *alg;
+  }
+  const Algorithm* best = nullptr;
+  double bestUs = std::numeric_limits<double>::infinity();
+  for (const auto& alg : algorithms()) {
+    if (alg.coll != args.coll || !alg.applies(args)) continue;
+    double us = estimateUs(alg, args);
+    if (us < bestUs) {
+      bestUs = us;
+      best = &alg;
+    }
+  }
+  if (!best) {
+    throw Error(ErrorKind::Internal, "ringx: no algorithm registered for " + std::string(collectiveName(args.coll)));
+  }
+  return *best;
+}
+
+}  // namespace ringx

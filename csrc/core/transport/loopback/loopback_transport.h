@@ -1,0 +1,26 @@
+// An in-process transport: every rank is a thread of one process and messages
+// are copied between their memories. It lets Catch2 run whole collectives
+// without UCX or Python, and can simulate a dead peer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/transport/transport.h"
+
+namespace ringx {
+
+class LoopbackFabric;
+
+struct LoopbackWorld {
+  std::vector<std::unique_ptr<Transport>> transports;  // one per rank
+  std::shared_ptr<LoopbackFabric> fabric;
+
+  // Makes every rank see `rank` as dead: pending and later transfers with it
+  // fail with ErrorKind::PeerClosed, as when a process is killed.
+  void kill(int rank) const;
+};
+
+LoopbackWorld makeLoopbackWorld(int size);
+
+}  // namespace ringx

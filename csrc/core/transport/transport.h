@@ -1,0 +1,77 @@
+// The transport contract the engine drives: non-blocking tagged send/receive
+// between the ranks of one communicator, progressed by exactly one thread.
+//
+// Threading: every call happens on the communicator's progress thread, so
+// implementations need no locks of their own for it. Callbacks fire only from
+// inside progress() (never from isend/irecv), so a callback may post more
+// transfers without re-entering the transport.
+//
+// Tags: the caller owns bits 0..47 and bit 63; bits 48..62 carry the sender's
+// rank, set by the transport, so receives can name their source or match any.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/common/types.h"
+
+namespace ringx {
+
+inline constexpr int kAnySource = -1;
+inline constexpr int kTagSourceShift = 48;
+inline constexpr uint64_t kTagSourceMask = uint64_t{0x7fff} << kTagSourceShift;
+inline constexpr uint64_t kTagUserMask = ~kTagSourceMask;
+inline constexpr int kMaxRanks = 0x7fff;
+
+inline uint64_t tagWithSource(uint64_t tag, int rank) {
+  return (tag & kTagUserMask) | (uint64_t(rank) << kTagSourceShift);
+}
+inline int tagSource(uint64_t wireTag) { return int((wireTag & kTagSourceMask) >> kTagSourceShift); }
+
+struct TransferResult {
+  bool ok = true;
+  ErrorKind errorKind = ErrorKind::Internal;  // meaningful when !ok
+  std::string error;                         // meaningful when !ok
+  size_t bytes = 0;                          // bytes received (receives)
+  int source = -1;                           // sender (receives)
+};
+
+using TransferCallback = std::function<void(const TransferResult&)>;
+using TransferId = uint64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+
+  virtual TransferId isend(int peer, uint64_t tag, const void* buf, size_t bytes, MemoryKind mem,
+                           TransferCallback done) = 0;
+  // peer may be kAnySource. A message longer than `bytes` fails the receive;
+  // a shorter one succeeds with result.bytes telling the length.
+  virtual TransferId irecv(int peer, uint64_t tag, void* buf, size_t bytes, MemoryKind mem,
+                           TransferCallback done) = 0;
+
+  // Asks for a pending transfer to end early; its callback still fires, with
+  // ok=false. Sends that are already on the wire may complete normally instead.
+  virtual void cancel(TransferId id) = 0;
+
+  // Runs completions; returns whether anything happened.
+  virtual bool progress() = 0;
+
+  // A file descriptor that becomes readable when progress() has work, valid
+  // after arm() returned true. arm() returns false when work is already
+  // pending and the caller must not sleep.
+  virtual int eventFd() const = 0;
+  virtual bool arm() = 0;
+
+  // Peers whose connection failed, or -1 if none.
+  virtual int firstFailedPeer() const = 0;
+};
+
+}  // namespace ringx

@@ -1,0 +1,300 @@
+#include "core/transport/ucx/ucx_transport.h"
+
+#include <ucp/api/ucp.h>
+
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ringx {
+
+namespace {
+
+void check(ucs_status_t st, const char* what) {
+  if (st != UCS_OK) {
+    throw Error(ErrorKind::Internal, std::string("ringx: UCX ") + what + " failed: " + ucs_status_string(st));
+  }
+}
+
+}  // namespace
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(Store& store, int rank, int size, const UcxOptions& opts) : rank_(rank), size_(size) {
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "config_read");
+    if (!opts.tls.empty()) ucp_config_modify(config, "TLS", opts.tls.c_str());
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.name = "ringx";
+    ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(st, "init");
+
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // Only the progress thread touches the worker, but it is created here, on
+    // another thread: serialized is the mode that allows that without locks.
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    check(ucp_worker_create(context_, &wp, &worker_), "worker_create");
+    check(ucp_worker_get_efd(worker_, &efd_), "worker_get_efd");
+
+    ucp_address_t* addr = nullptr;
+    size_t addrLen = 0;
+    check(ucp_worker_get_address(worker_, &addr, &addrLen), "worker_get_address");
+    std::vector<uint8_t> mine(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addrLen);
+    ucp_worker_release_address(worker_, addr);
+    store.set(opts.keyPrefix + "/addr/" + std::to_string(rank_), mine);
+
+    eps_.assign(size_, nullptr);
+    failed_.assign(size_, false);
+    peerArgs_.resize(size_);
+    for (int p = 0; p < size_; ++p) {
+      std::vector<uint8_t> theirs = p == rank_ ? mine : store.get(opts.keyPrefix + "/addr/" + std::to_string(p));
+      peerArgs_[p] = {this, p};
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxTransport::onEpError;
+      ep.err_handler.arg = &peerArgs_[p];
+      check(ucp_ep_create(worker_, &ep, &eps_[p]), "ep_create");
+    }
+  }
+
+  ~UcxTransport() override {
+    // Whoever posted these is gone: their completions must not run.
+    for (auto& [id, pending] : pending_) {
+      pending->done = nullptr;
+      if (pending->request) ucp_request_cancel(worker_, pending->request);
+    }
+    std::vector<void*> closing;
+    for (auto ep : eps_) {
+      if (!ep) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* req = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+    }
+    for (void* req : closing) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(req);
+    }
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    for (auto& [id, pending] : pending_) delete pending;
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "ucx"; }
+
+  TransferId isend(int peer, uint64_t tag, const void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) override {
+    auto* p = newPending(peer, std::move(done), false);
+    if (failed_[peer]) {
+      completeNow(p, closedResult(peer));
+      return p->id;
+    }
+    ucp_request_param_t param = baseParam(p, mem);
+    param.cb.send = &UcxTransport::onSend;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
+    track(p, req);
+    return p->id;
+  }
+
+  TransferId irecv(int peer, uint64_t tag, void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) override {
+    auto* p = newPending(peer, std::move(done), true);
+    if (peer != kAnySource && failed_[peer]) {
+      completeNow(p, closedResult(peer));
+      return p->id;
+    }
+    ucp_request_param_t param = baseParam(p, mem);
+    param.cb.recv = &UcxTransport::onRecv;
+    uint64_t wireTag = peer == kAnySource ? (tag & kTagUserMask) : tagWithSource(tag, peer);
+    uint64_t mask = peer == kAnySource ? kTagUserMask : ~uint64_t{0};
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
+    track(p, req);
+    return p->id;
+  }
+
+  void cancel(TransferId id) override {
+    auto it = pending_.find(id);
+    if (it != pending_.end() && it->second->request && it->second->isRecv) {
+      ucp_request_cancel(worker_, it->second->request);
+    }
+  }
+
+  bool progress() override {
+    bool did = false;
+    while (ucp_worker_progress(worker_) != 0) did = true;
+    while (!deferred_.empty()) {
+      auto [p, result] = std::move(deferred_.front());
+      deferred_.pop_front();
+      finish(p, result);
+      did = true;
+    }
+    return did;
+  }
+
+  int eventFd() const override { return efd_; }
+
+  bool arm() override {
+    if (!deferred_.empty()) return false;
+    ucs_status_t st = ucp_worker_arm(worker_);
+    return st == UCS_OK;
+  }
+
+  int firstFailedPeer() const override {
+    for (int p = 0; p < size_; ++p) {
+      if (failed_[p]) return p;
+    }
+    return -1;
+  }
+
+ private:
+  struct Pending {
+    UcxTransport* self;
+    TransferId id;
+    int peer;
+    bool isRecv;
+    void* request = nullptr;
+    bool peerClosed = false;
+    TransferCallback done;
+  };
+  struct PeerArg {
+    UcxTransport* self;
+    int peer;
+  };
+
+  static TransferResult closedResult(int peer) {
+    TransferResult r;
+    r.ok = false;
+    r.errorKind = ErrorKind::PeerClosed;
+    r.error = "connection to rank " + std::to_string(peer) + " closed";
+    return r;
+  }
+
+  Pending* newPending(int peer, TransferCallback done, bool isRecv) {
+    if (peer != kAnySource && (peer < 0 || peer >= size_)) {
+      throw Error(ErrorKind::InvalidArgument, "ringx: peer rank " + std::to_string(peer) + " out of range");
+    }
+    auto* p = new Pending{this, nextId_++, peer, isRecv, nullptr, false, std::move(done)};
+    pending_.emplace(p->id, p);
+    return p;
+  }
+
+  ucp_request_param_t baseParam(Pending* p, MemoryKind mem) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.user_data = p;
+    param.memory_type = mem == MemoryKind::Cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    return param;
+  }
+
+  void track(Pending* p, ucs_status_ptr_t req) {
+    if (UCS_PTR_IS_ERR(req)) {
+      TransferResult r;
+      r.ok = false;
+      r.errorKind = ErrorKind::Internal;
+      r.error = std::string("UCX: ") + ucs_status_string(UCS_PTR_STATUS(req));
+      completeNow(p, r);
+    } else {
+      p->request = req;
+    }
+  }
+
+  void completeNow(Pending* p, TransferResult r) { deferred_.emplace_back(p, std::move(r)); }
+
+  void finish(Pending* p, const TransferResult& r) {
+    pending_.erase(p->id);
+    TransferCallback done = std::move(p->done);
+    delete p;
+    if (done) done(r);
+  }
+
+  TransferResult fromStatus(Pending* p, ucs_status_t status) {
+    TransferResult r;
+    if (status == UCS_OK) return r;
+    if (p->peerClosed || status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+        status == UCS_ERR_UNREACHABLE) {
+      return closedResult(p->peer);
+    }
+    r.ok = false;
+    if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+      r.errorKind = ErrorKind::InvalidArgument;
+      r.error = "a peer sent more bytes than this rank expected (ranks disagree on the size)";
+    } else if (status == UCS_ERR_CANCELED) {
+      r.errorKind = ErrorKind::Aborted;
+      r.error = "cancelled";
+    } else {
+      r.errorKind = ErrorKind::Internal;
+      r.error = std::string("UCX: ") + ucs_status_string(status);
+    }
+    return r;
+  }
+
+  static void onSend(void* request, ucs_status_t status, void* user) {
+    auto* p = static_cast<Pending*>(user);
+    UcxTransport* self = p->self;
+    TransferResult r = self->fromStatus(p, status);
+    ucp_request_free(request);
+    self->finish(p, r);
+  }
+
+  static void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+    auto* p = static_cast<Pending*>(user);
+    UcxTransport* self = p->self;
+    TransferResult r = self->fromStatus(p, status);
+    if (r.ok) {
+      r.bytes = info->length;
+      r.source = tagSource(info->sender_tag);
+    }
+    ucp_request_free(request);
+    self->finish(p, r);
+  }
+
+  static void onEpError(void* arg, ucp_ep_h, ucs_status_t) {
+    auto* pa = static_cast<PeerArg*>(arg);
+    pa->self->peerFailed(pa->peer);
+  }
+
+  // UCX fails sends on a broken endpoint by itself, but tag receives are not
+  // tied to an endpoint: cancel the ones that wait on the dead peer.
+  void peerFailed(int peer) {
+    failed_[peer] = true;
+    for (auto& [id, p] : pending_) {
+      if (p->isRecv && p->peer == peer && p->request) {
+        p->peerClosed = true;
+        ucp_request_cancel(worker_, p->request);
+      }
+    }
+  }
+
+  int rank_;
+  int size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<bool> failed_;
+  std::vector<PeerArg> peerArgs_;
+  std::unordered_map<TransferId, Pending*> pending_;
+  std::deque<std::pair<Pending*, TransferResult>> deferred_;
+  TransferId nextId_ = 1;
+};
+
+std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
+  return std::make_unique<UcxTransport>(store, rank, size, opts);
+}
+
+}  // namespace ringx

@@ -1,0 +1,85 @@
+#include "torch/work.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace ringx {
+
+std::exception_ptr toTorchException(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::InvalidArgument:
+    case ErrorKind::Timeout:
+    case ErrorKind::PeerClosed:
+    case ErrorKind::Aborted:
+    case ErrorKind::Internal:
+      return std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, e.what()));
+    case ErrorKind::Unsupported:
+      return std::make_exception_ptr(c10::TypeError({__func__, __FILE__, uint32_t(__LINE__)}, e.what()));
+  }
+  return std::make_exception_ptr(std::runtime_error(e.what()));
+}
+
+WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, std::vector<at::Tensor> inputs,
+                     std::vector<at::Tensor> outputs, uint64_t seq)
+    : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
+      outputs_(std::move(outputs)),
+      seq_(seq),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool WorkRingx::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WorkRingx::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr WorkRingx::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+bool WorkRingx::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [this] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
+                                    std::to_string(seq_) + "): Timed out after " +
+                                    std::to_string(timeout.count()) +
+                                    " ms in Work.wait(timeout); the operation is still pending");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkRingx::getFuture() { return future_; }
+
+std::vector<at::Tensor> WorkRingx::result() { return outputs_; }
+
+void WorkRingx::markDone(const Error* error) {
+  std::exception_ptr ex;
+  if (error) {
+    ex = toTorchException(*error);
+  } else if (publish) {
+    try {
+      publish();
+    } catch (const std::exception& e) {
+      ex = toTorchException(Error(ErrorKind::Internal, std::string("ringx: ") + opName + ": " + e.what()));
+    }
+  }
+  finish(ex);
+}
+
+void WorkRingx::completeFuture(const Error*) {
+  std::exception_ptr ex = exception();
+  if (ex) {
+    future_->setError(ex);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+}  // namespace ringx

@@ -1,0 +1,196 @@
+// Whole collectives over the in-process transport, one thread per rank.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+
+#include "core/select/select.h"
+#include "core/transport/loopback/loopback_transport.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::unique_ptr<Communicator>> makeWorld(int size, std::chrono::milliseconds timeout = 20s) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  CommOptions opts;
+  opts.timeout = timeout;
+  for (auto& t : makeLoopbackWorld(size).transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  return comms;
+}
+
+const Algorithm& algorithmNamed(Collective coll, std::string_view name) {
+  for (const auto& alg : algorithms()) {
+    if (alg.coll == coll && alg.name == name) return alg;
+  }
+  FAIL("no algorithm " << name);
+  throw;
+}
+
+// Rank r's element i: small integers, so float sums are exact.
+float input(int rank, size_t i) { return float((rank + 1) * 3 + int(i % 11)); }
+
+}  // namespace
+
+TEST_CASE("all_reduce sum and max agree with the closed form for every algorithm, size and count") {
+  auto algName = GENERATE(as<std::string>{}, "ring", "recursive_doubling");
+  auto size = GENERATE(1, 2, 3, 4, 5, 7, 8);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1003}, size_t{100003});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg);
+  CAPTURE(algName, size, count, reduceOpName(op));
+  const Algorithm& alg = algorithmNamed(Collective::AllReduce, algName);
+  auto comms = makeWorld(size);
+  onEachRank(size, [&](int r) {
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = input(r, i);
+    CollArgs a{Collective::AllReduce, r, size, 7};
+    a.dtype = DType::F32;
+    a.op = op;
+    a.buf = buf.data();
+    a.count = count;
+    a.segmentBytes = 4096;  // many segments, so pipelining and slot reuse run
+    auto err = runOp(*comms[r], "all_reduce", 7, alg.build(a));
+    REQUIRE_FALSE(err);
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int q = 0; q < size; ++q) want = op == ReduceOp::Max ? std::max(want, input(q, i)) : want + input(q, i);
+      if (op == ReduceOp::Avg) want /= size;
+      if (std::fabs(buf[i] - want) > 1e-5f * std::fabs(want)) {
+        FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("broadcast from every root delivers the root's buffer to every rank") {
+  auto size = GENERATE(1, 2, 3, 5, 8);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{1003}, size_t{65537});
+  CAPTURE(size, count);
+  auto comms = makeWorld(size);
+  for (int root = 0; root < size; ++root) {
+    onEachRank(size, [&](int r) {
+      std::vector<int32_t> buf(count, r == root ? 0 : -1);
+      if (r == root) std::iota(buf.begin(), buf.end(), root * 1000);
+      CollArgs a{Collective::Broadcast, r, size, uint64_t(root)};
+      a.dtype = DType::I32;
+      a.buf = buf.data();
+      a.count = count;
+      a.root = root;
+      a.segmentBytes = 1024;
+      REQUIRE_FALSE(runOp(*comms[r], "broadcast", root, buildBroadcastBinomial(a)));
+      for (size_t i = 0; i < count; ++i) REQUIRE(buf[i] == int32_t(root * 1000 + i));
+    });
+  }
+}
+
+TEST_CASE("several outstanding all_reduces with distinct sequence numbers all complete") {
+  const int size = 4, ops = 6;
+  auto comms = makeWorld(size);
+  onEachRank(size, [&](int r) {
+    std::vector<std::vector<float>> bufs(ops, std::vector<float>(5000, float(r)));
+    std::vector<std::future<bool>> done;
+    for (int k = 0; k < ops; ++k) {
+      auto p = std::make_shared<std::promise<bool>>();
+      done.push_back(p->get_future());
+      CollArgs a{Collective::AllReduce, r, size, uint64_t(k)};
+      a.buf = bufs[k].data();
+      a.count = bufs[k].size();
+      a.segmentBytes = 2048;
+      auto op = std::make_unique<Op>("all_reduce", k, buildAllReduceRing(a));
+      op->onDone = [p](const Error* e) { p->set_value(e == nullptr); };
+      comms[r]->submit(std::move(op));
+    }
+    for (int k = ops - 1; k >= 0; --k) REQUIRE(done[k].get());
+    for (auto& b : bufs) REQUIRE(b[4999] == 6.0f);
+  });
+}
+
+TEST_CASE("a rank that never joins makes the others time out naming it") {
+  const int size = 3;
+  auto comms = makeWorld(size, 300ms);
+  onEachRank(size, [&](int r) {
+    if (r == 2) return;
+    std::vector<float> buf(100, 1.0f);
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.buf = buf.data();
+    a.count = buf.size();
+    auto t0 = std::chrono::steady_clock::now();
+    auto err = runOp(*comms[r], "all_reduce", 1, buildAllReduceRing(a));
+    auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(err);
+    REQUIRE(err->kind() == ErrorKind::Timeout);
+    std::string what = err->what();
+    CAPTURE(what);
+    REQUIRE(what.rfind("ringx: all_reduce (rank " + std::to_string(r) + ", seq 1): Timed out", 0) == 0);
+    REQUIRE(what.find("rank(s)") != std::string::npos);
+    REQUIRE(took < 2s);
+    // The communicator is poisoned: later ops fail at once with the cause.
+    auto again = runOp(*comms[r], "broadcast", 2, buildBroadcastBinomial(a));
+    REQUIRE(again);
+    REQUIRE(std::string(again->what()).find("failed earlier") != std::string::npos);
+  });
+}
+
+TEST_CASE("a dead peer fails pending operations with a closed error naming it") {
+  const int size = 3;
+  auto world = makeLoopbackWorld(size);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  CommOptions opts;
+  opts.timeout = 2s;
+  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  onEachRank(size, [&](int r) {
+    if (r == 1) {
+      std::this_thread::sleep_for(100ms);
+      world.kill(1);
+      return;
+    }
+    std::vector<float> buf(100, 1.0f);
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.buf = buf.data();
+    a.count = buf.size();
+    auto err = runOp(*comms[r], "all_reduce", 1, buildAllReduceRing(a));
+    REQUIRE(err);
+    std::string what = err->what();
+    CAPTURE(what);
+    if (r == 2) {
+      // Rank 2 receives from the dead rank: it learns at once.
+      REQUIRE(err->kind() == ErrorKind::PeerClosed);
+      REQUIRE(what.find("connection to rank 1 closed") != std::string::npos);
+    } else {
+      // Rank 0's send to rank 1 had already landed; it waits on rank 2,
+      // which gave up, so it is bounded by the timeout.
+      REQUIRE(err->kind() == ErrorKind::Timeout);
+    }
+  });
+}
+
+TEST_CASE("ranks passing different element counts get a size error, not an overrun") {
+  const int size = 2;
+  auto comms = makeWorld(size, 2s);
+  onEachRank(size, [&](int r) {
+    std::vector<float> buf(r == 0 ? 10 : 20, 1.0f);
+    CollArgs a{Collective::Broadcast, r, size, 3};
+    a.buf = buf.data();
+    a.count = buf.size();
+    auto err = runOp(*comms[r], "broadcast", 3, buildBroadcastBinomial(a));
+    if (r == 1) {
+      REQUIRE(err);
+      REQUIRE(std::string(err->what()).find("different sizes") != std::string::npos);
+    }
+  });
+}
+
+TEST_CASE("RINGX_ALGO overrides the cost model and rejects unknown names") {
+  CollArgs a{Collective::AllReduce, 0, 4, 0};
+  a.count = 1 << 24;
+  REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+  a.count = 4;
+  REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "recursive_doubling");
+  REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
+  REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:ring,broadcast:binomial")).name == "ring");
+  REQUIRE_THROWS_WITH(AlgoOverride("nope"), Catch::Contains("names no algorithm"));
+  REQUIRE_THROWS_WITH(AlgoOverride("all_reduce:binomial"), Catch::Contains("choose from: ring"));
+}

@@ -1,0 +1,71 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/patterns/ring.h"
+#include "core/patterns/tree.h"
+
+using namespace ringx;
+
+TEST_CASE("ring chunks tile the buffer exactly with lengths differing by at most one") {
+  for (size_t count : {0, 1, 2, 7, 8, 1000, 1003}) {
+    for (int parts = 1; parts <= 9; ++parts) {
+      size_t covered = 0, minLen = ~size_t{0}, maxLen = 0;
+      for (int c = 0; c < parts; ++c) {
+        REQUIRE(ring::chunkStart(count, parts, c) == covered);
+        size_t len = ring::chunkLen(count, parts, c);
+        covered += len;
+        minLen = std::min(minLen, len);
+        maxLen = std::max(maxLen, len);
+      }
+      REQUIRE(covered == count);
+      REQUIRE(maxLen - minLen <= 1);
+    }
+  }
+}
+
+TEST_CASE("ring segments cover a chunk and only the last is short") {
+  for (size_t len : {0, 1, 5, 64, 65, 1000}) {
+    for (size_t seg : {1, 3, 64}) {
+      size_t n = ring::numSegments(len, seg), total = 0;
+      for (size_t g = 0; g < n; ++g) {
+        size_t l = ring::segmentLen(len, seg, g);
+        REQUIRE(l >= 1);
+        if (g + 1 < n) REQUIRE(l == seg);
+        total += l;
+      }
+      REQUIRE(total == len);
+    }
+  }
+}
+
+TEST_CASE("ring neighbours are inverse of each other") {
+  for (int n = 1; n <= 8; ++n) {
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(ring::left(ring::right(r, n), n) == r);
+    }
+  }
+}
+
+TEST_CASE("binomial tree reaches every rank exactly once from any root within ceil(log2 n) levels") {
+  for (int n = 1; n <= 17; ++n) {
+    int levels = 0;
+    while ((1 << levels) < n) ++levels;
+    for (int root = 0; root < n; ++root) {
+      REQUIRE(tree::binomialParent(root, root, n) == -1);
+      std::multiset<int> reached;
+      for (int r = 0; r < n; ++r) {
+        for (int c : tree::binomialChildren(r, root, n)) {
+          reached.insert(c);
+          REQUIRE(tree::binomialParent(c, root, n) == r);
+        }
+        int depth = 0;
+        for (int v = r; v != root; v = tree::binomialParent(v, root, n)) ++depth;
+        REQUIRE(depth <= levels);
+      }
+      REQUIRE(reached.size() == size_t(n - 1));
+      REQUIRE(std::set<int>(reached.begin(), reached.end()).size() == size_t(n - 1));
+      REQUIRE(reached.count(root) == 0);
+    }
+  }
+}

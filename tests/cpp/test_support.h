@@ -1,0 +1,77 @@
+// Shared helpers of the core tests: an in-memory store, a per-rank thread
+// runner and a blocking "run this op" wrapper around the engine.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/algorithms/registry.h"
+#include "core/common/store.h"
+#include "core/engine/communicator.h"
+
+namespace ringx::test {
+
+class MemoryStore : public Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    kv_[key] = value;
+    cv_.notify_all();
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return kv_.count(key) > 0; })) {
+      throw Error(ErrorKind::Timeout, "MemoryStore: timed out waiting for " + key);
+    }
+    return kv_[key];
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& v = kv_[key];
+    int64_t cur = 0;
+    if (v.size() == sizeof(cur)) std::memcpy(&cur, v.data(), sizeof(cur));
+    cur += delta;
+    v.resize(sizeof(cur));
+    std::memcpy(v.data(), &cur, sizeof(cur));
+    cv_.notify_all();
+    return cur;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<uint8_t>> kv_;
+};
+
+// Runs fn(rank) on one thread per rank and rethrows the first failure.
+template <typename Fn>
+void onEachRank(int size, Fn fn) {
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < size; ++r) done.push_back(std::async(std::launch::async, fn, r));
+  for (auto& f : done) f.get();
+}
+
+// Submits a schedule and blocks until it ends; returns the error, if any.
+inline std::optional<Error> runOp(Communicator& comm, const std::string& name, uint64_t seq, Schedule s,
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  auto promise = std::make_shared<std::promise<std::optional<Error>>>();
+  auto future = promise->get_future();
+  auto op = std::make_unique<Op>(name, seq, std::move(s));
+  op->timeout = timeout;
+  op->onDone = [promise](const Error* e) {
+    promise->set_value(e ? std::optional<Error>(*e) : std::nullopt);
+  };
+  comm.submit(std::move(op));
+  return future.get();
+}
+
+}  // namespace ringx::test

@@ -1,0 +1,126 @@
+// The UCX transport between threads of one process, each with its own worker.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <set>
+
+#include "core/transport/ucx/ucx_transport.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Pumps progress until `flag` is set or the bound passes.
+bool pumpUntil(Transport& t, const bool& flag, std::chrono::seconds bound = 20s) {
+  auto end = std::chrono::steady_clock::now() + bound;
+  while (!flag && std::chrono::steady_clock::now() < end) t.progress();
+  return flag;
+}
+
+}  // namespace
+
+TEST_CASE("ucx transport delivers tagged messages of every size between two workers") {
+  MemoryStore store;
+  onEachRank(2, [&](int r) {
+    auto t = makeUcxTransport(store, r, 2, {});
+    REQUIRE(t->name() == "ucx");
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{8192}, size_t{4} << 20}) {
+      std::vector<uint8_t> out(bytes), in(bytes, 0);
+      std::iota(out.begin(), out.end(), uint8_t(r * 7));
+      bool sent = false, recvd = false;
+      TransferResult got;
+      t->irecv(1 - r, 42, in.data(), bytes, MemoryKind::Host, [&](const TransferResult& res) {
+        got = res;
+        recvd = true;
+      });
+      t->isend(1 - r, 42, out.data(), bytes, MemoryKind::Host, [&](const TransferResult& res) {
+        REQUIRE(res.ok);
+        sent = true;
+      });
+      REQUIRE(pumpUntil(*t, sent));
+      REQUIRE(pumpUntil(*t, recvd));
+      REQUIRE(got.ok);
+      REQUIRE(got.bytes == bytes);
+      REQUIRE(got.source == 1 - r);
+      for (size_t i = 0; i < bytes; ++i) REQUIRE(in[i] == uint8_t((1 - r) * 7 + i));
+    }
+  });
+}
+
+TEST_CASE("ucx transport matches receives from any source and reports the sender") {
+  MemoryStore store;
+  onEachRank(3, [&](int r) {
+    auto t = makeUcxTransport(store, r, 3, {});
+    if (r == 0) {
+      std::set<int> sources;
+      for (int k = 0; k < 2; ++k) {
+        int v = 0;
+        bool done = false;
+        TransferResult got;
+        t->irecv(kAnySource, 5, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult& res) {
+          got = res;
+          done = true;
+        });
+        REQUIRE(pumpUntil(*t, done));
+        REQUIRE(got.ok);
+        REQUIRE(v == got.source * 100);
+        sources.insert(got.source);
+      }
+      REQUIRE(sources == std::set<int>{1, 2});
+    } else {
+      int v = r * 100;
+      bool sent = false;
+      t->isend(0, 5, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult&) { sent = true; });
+      REQUIRE(pumpUntil(*t, sent));
+    }
+    // Keep every worker alive until all traffic has landed.
+    store.add("done", 1);
+    bool never = false;
+    while (store.add("done", 0) < 3) pumpUntil(*t, never, 0s);
+  });
+}
+
+TEST_CASE("ucx transport fails a receive whose message is longer than its buffer") {
+  MemoryStore store;
+  onEachRank(2, [&](int r) {
+    auto t = makeUcxTransport(store, r, 2, {});
+    if (r == 0) {
+      std::vector<uint8_t> big(64, 1);
+      bool sent = false;
+      t->isend(1, 9, big.data(), big.size(), MemoryKind::Host, [&](const TransferResult&) { sent = true; });
+      REQUIRE(pumpUntil(*t, sent));
+    } else {
+      std::vector<uint8_t> small(16);
+      bool done = false;
+      TransferResult got;
+      t->irecv(0, 9, small.data(), small.size(), MemoryKind::Host, [&](const TransferResult& res) {
+        got = res;
+        done = true;
+      });
+      REQUIRE(pumpUntil(*t, done));
+      REQUIRE_FALSE(got.ok);
+      REQUIRE(got.errorKind == ErrorKind::InvalidArgument);
+    }
+    store.add("done", 1);
+    bool never = false;
+    while (store.add("done", 0) < 2) pumpUntil(*t, never, 0s);
+  });
+}
+
+TEST_CASE("ucx transport cancels a pending receive and still runs its callback") {
+  MemoryStore store;
+  auto t = makeUcxTransport(store, 0, 1, {});
+  int v = 0;
+  bool done = false;
+  TransferResult got;
+  TransferId id = t->irecv(0, 77, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult& res) {
+    got = res;
+    done = true;
+  });
+  t->cancel(id);
+  REQUIRE(pumpUntil(*t, done));
+  REQUIRE_FALSE(got.ok);
+}
