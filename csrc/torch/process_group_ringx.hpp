@@ -12,7 +12,13 @@
 // requires all ranks of a group to issue the same collectives in the same
 // order. Each message of a collective is tagged (seq, index within the
 // schedule), with the sender's rank in the tag, so concurrent collectives and
-// segments never match each other's messages.
+// segments never match each other's messages. Point-to-point messages carry
+// the user's tag instead (and a bit that keeps them apart from collectives):
+// between two ranks, equal tags match in the order they were sent.
+//
+// The methods are spread over files by kind: reductions
+// (pg_reductions.cc), data movement (pg_data_movement.cc), point-to-point
+// (pg_p2p.cc) and synchronisation plus plumbing (process_group_ringx.cc).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -22,6 +28,7 @@
 
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
+#include "torch/tensor_args.h"
 #include "torch/work.hpp"
 
 namespace ringx {
@@ -34,11 +41,25 @@ class ProcessGroupRingx : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ringx"; }
 
+  // Reductions.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+
+  // Data movement.
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -46,8 +67,30 @@ class ProcessGroupRingx : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
 
+  // Point-to-point.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // Synchronisation and lifetime.
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
@@ -56,16 +99,32 @@ class ProcessGroupRingx : public c10d::Backend {
   c10d::ErrorType getError() override;
 
  private:
-  struct Call;
+  struct Call {
+    CallContext ctx;
+    c10d::OpType type;
+    std::chrono::milliseconds timeout;
+  };
 
+  // A collective call: takes the next sequence number.
   Call begin(const char* op, c10d::OpType type, std::chrono::milliseconds timeout);
-  c10::intrusive_ptr<c10d::Work> submit(Call& call, const CollArgs& args, std::vector<at::Tensor> inputs,
-                                        std::vector<at::Tensor> outputs, std::function<void()> publish);
+  // A point-to-point call: numbered on its own, since ranks issue different
+  // point-to-point traffic.
+  Call beginP2P(const char* op, c10d::OpType type);
+  // Selects the algorithm for `args` and submits its schedule.
+  c10::intrusive_ptr<WorkRingx> submit(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
+                                       std::vector<at::Tensor> outputs, std::function<void()> publish);
+  c10::intrusive_ptr<WorkRingx> submitSchedule(Call& call, Schedule schedule, std::vector<at::Tensor> keepAlive,
+                                               std::vector<at::Tensor> outputs, std::function<void()> publish);
+  CollArgs argsFor(const Call& call, Collective coll) const;
+  CollArgs allToAllArgs(const Call& call, const at::Tensor& src, const at::Tensor& dst,
+                        const std::vector<int64_t>& outputSplitSizes,
+                        const std::vector<int64_t>& inputSplitSizes) const;
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
 
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   uint64_t seq_ = 0;
+  uint64_t p2pSeq_ = 0;
 };
 
 }  // namespace ringx

@@ -57,6 +57,15 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkRingx::getFuture() { return future_; }
 
+int WorkRingx::sourceRank() const {
+  int r = sourceRank_.load();
+  if (r < 0) {
+    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
+                          "ringx: " + opName + ": sourceRank() is only defined for a completed recv from any source");
+  }
+  return r;
+}
+
 std::vector<at::Tensor> WorkRingx::result() { return outputs_; }
 
 void WorkRingx::markDone(const Error* error) {

@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <functional>
 
 #include "core/common/error.h"
@@ -27,6 +28,8 @@ class WorkRingx : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  int sourceRank() const override;
+  void setSourceRank(int rank) { sourceRank_ = rank; }
 
   // Phase 1 (progress thread). `publish` runs first when the op succeeded.
   void markDone(const Error* error);
@@ -39,6 +42,7 @@ class WorkRingx : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   uint64_t seq_;
+  std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -27,7 +27,7 @@ import torch.distributed as dist  # noqa: E402
 
 from . import _C  # noqa: E402
 
-__all__ = ["algorithms"]
+__all__ = ["algorithms", "monitored_barrier"]
 __version__ = "0.1.0"
 
 algorithms = _C.algorithms
@@ -48,3 +48,19 @@ def _register():
 
 
 _register()
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """``torch.distributed.monitored_barrier`` for ringx groups.
+
+    torch's own function refuses every backend but gloo before it reaches the
+    backend; this one calls the group directly. Rank 0 waits for every other
+    rank; a rank that does not arrive within ``timeout`` is named in the
+    ``DistBackendError`` rank 0 raises (all missing ranks with
+    ``wait_all_ranks=True``). As with any ringx timeout, the group is unusable
+    afterwards.
+    """
+    group = group or dist.group.WORLD
+    if timeout is None:
+        timeout = dist.default_pg_timeout
+    return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)

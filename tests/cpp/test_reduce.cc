@@ -35,7 +35,7 @@ struct Format16 {
 };
 
 constexpr Format16 kHalf{10, 5, 65504.0};
-const Format16 kBFloat{7, 8, std::ldexp(255.0, 127 - 7)};
+constexpr Format16 kBFloat{7, 8, 0x1.fep+127};
 
 double refDecode(const Format16& f, uint16_t bits) {
   const bool neg = bits >> 15;
@@ -99,21 +99,15 @@ template <> struct Ref<DType::I16> : Plain<int16_t, int16_t> {};
 template <> struct Ref<DType::I32> : Plain<int32_t, int32_t> {};
 template <> struct Ref<DType::I64> : Plain<int64_t, int64_t> {};
 
-template <>
-struct Ref<DType::F16> {
+template <const Format16& F>
+struct Ref16 {
   using S = uint16_t;
   using V = float;
-  static V decode(S s) { return static_cast<float>(refDecode(kHalf, s)); }
-  static S encode(V v) { return refEncode(kHalf, v); }
+  static V decode(S s) { return static_cast<float>(refDecode(F, s)); }
+  static S encode(V v) { return refEncode(F, v); }
 };
-
-template <>
-struct Ref<DType::BF16> {
-  using S = uint16_t;
-  using V = float;
-  static V decode(S s) { return static_cast<float>(refDecode(kBFloat, s)); }
-  static S encode(V v) { return refEncode(kBFloat, v); }
-};
+template <> struct Ref<DType::F16> : Ref16<kHalf> {};
+template <> struct Ref<DType::BF16> : Ref16<kBFloat> {};
 
 template <>
 struct Ref<DType::Bool> {
@@ -131,58 +125,29 @@ T wrapTo(__int128 v) {
 template <class V>
 V refCombine(ReduceOp op, V a, V b) {
   if constexpr (std::is_same_v<V, bool>) {
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Max:
-      case ReduceOp::BOr:
-        return a || b;
-      case ReduceOp::Product:
-      case ReduceOp::Min:
-      case ReduceOp::BAnd:
-        return a && b;
-      case ReduceOp::BXor:
-        return a != b;
-      default:
-        break;
-    }
+    if (op == ReduceOp::BXor) return a != b;
+    const bool isOr = op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::BOr;
+    return isOr ? a || b : a && b;
   } else if constexpr (std::is_floating_point_v<V>) {
-    const V nan = std::numeric_limits<V>::quiet_NaN();
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-      case ReduceOp::PremulSum:
-        return a + b;
-      case ReduceOp::Product:
-        return a * b;
-      case ReduceOp::Min:
-        return std::isnan(a) || std::isnan(b) ? nan : std::min(a, b);
-      case ReduceOp::Max:
-        return std::isnan(a) || std::isnan(b) ? nan : std::max(a, b);
-      default:
-        break;
+    if (op == ReduceOp::Product) return a * b;
+    if (op == ReduceOp::Min || op == ReduceOp::Max) {
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<V>::quiet_NaN();
+      return op == ReduceOp::Min ? std::min(a, b) : std::max(a, b);
     }
+    return a + b;  // Sum, Avg and PremulSum
   } else {
     switch (op) {
-      case ReduceOp::Sum:
-        return wrapTo<V>(static_cast<__int128>(a) + b);
-      case ReduceOp::Product:
-        return wrapTo<V>(static_cast<__int128>(a) * b);
-      case ReduceOp::Min:
-        return std::min(a, b);
-      case ReduceOp::Max:
-        return std::max(a, b);
-      case ReduceOp::BAnd:
-        return a & b;
-      case ReduceOp::BOr:
-        return a | b;
-      case ReduceOp::BXor:
-        return a ^ b;
-      default:
-        break;
+      case ReduceOp::Sum: return wrapTo<V>(static_cast<__int128>(a) + b);
+      case ReduceOp::Product: return wrapTo<V>(static_cast<__int128>(a) * b);
+      case ReduceOp::Min: return std::min(a, b);
+      case ReduceOp::Max: return std::max(a, b);
+      case ReduceOp::BAnd: return a & b;
+      case ReduceOp::BOr: return a | b;
+      case ReduceOp::BXor: return a ^ b;
+      default: FAIL("reference has no rule for op " << reduceOpName(op));
     }
+    return a;
   }
-  FAIL("reference has no rule for op " << reduceOpName(op));
-  return a;
 }
 
 constexpr bool expectSupported(DType d, ReduceOp op) {
@@ -277,8 +242,7 @@ template <DType D>
 std::string firstMismatch(const std::vector<typename Ref<D>::S>& got, const std::vector<typename Ref<D>::S>& want) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (!same<D>(got[i], want[i])) {
-      return "element " + std::to_string(i) + " (guard elements are the first and last): got " + show(got[i]) +
-             ", want " + show(want[i]);
+      return "buffer element " + std::to_string(i) + ": got " + show(got[i]) + ", want " + show(want[i]);
     }
   }
   return "";
@@ -622,35 +586,31 @@ TEST_CASE("reduceN accumulates 16-bit floats in float32 and rounds once") {
   }
 }
 
+namespace {
+
+template <DType D>
+void checkNanPropagates(ReduceOp op) {
+  using R = Ref<D>;
+  using V = typename R::V;
+  const V nan = std::numeric_limits<V>::quiet_NaN();
+  auto a = encodeAll<D>({nan, 1, nan, -INFINITY});
+  const auto b = encodeAll<D>({1, nan, nan, 2});
+  reduceFn(D, op)(a.data(), b.data(), a.size());
+  CHECK(std::isnan(R::decode(a[0])));
+  CHECK(std::isnan(R::decode(a[1])));
+  CHECK(std::isnan(R::decode(a[2])));
+  CHECK(R::decode(a[3]) == (op == ReduceOp::Min ? -INFINITY : 2));
+}
+
+}  // namespace
+
 TEST_CASE("Min and Max propagate NaN from either operand") {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
     INFO(reduceOpName(op));
-    std::vector<float> a = {nan, 1, nan, -INFINITY};
-    const std::vector<float> b = {1, nan, nan, 2};
-    reduceFn(DType::F32, op)(a.data(), b.data(), a.size());
-    CHECK(std::isnan(a[0]));
-    CHECK(std::isnan(a[1]));
-    CHECK(std::isnan(a[2]));
-    CHECK(a[3] == (op == ReduceOp::Min ? -INFINITY : 2));
-
-    std::vector<double> x = {1, std::numeric_limits<double>::quiet_NaN()};
-    const std::vector<double> y = {std::numeric_limits<double>::quiet_NaN(), 1};
-    reduceFn(DType::F64, op)(x.data(), y.data(), x.size());
-    CHECK(std::isnan(x[0]));
-    CHECK(std::isnan(x[1]));
-
-    auto h = encodeAll<DType::F16>({1, nan});
-    const auto g = encodeAll<DType::F16>({nan, 1});
-    reduceFn(DType::F16, op)(h.data(), g.data(), h.size());
-    CHECK(std::isnan(refDecode(kHalf, h[0])));
-    CHECK(std::isnan(refDecode(kHalf, h[1])));
-
-    auto bf = encodeAll<DType::BF16>({1, nan});
-    const auto bg = encodeAll<DType::BF16>({nan, 1});
-    reduceFn(DType::BF16, op)(bf.data(), bg.data(), bf.size());
-    CHECK(std::isnan(refDecode(kBFloat, bf[0])));
-    CHECK(std::isnan(refDecode(kBFloat, bf[1])));
+    checkNanPropagates<DType::F32>(op);
+    checkNanPropagates<DType::F64>(op);
+    checkNanPropagates<DType::F16>(op);
+    checkNanPropagates<DType::BF16>(op);
   }
 }
 

@@ -242,3 +242,69 @@ def report(failures, limit=40) -> str:
     if len(failures) <= limit:
         return "\n".join(failures)
     return "\n".join(failures[:limit]) + f"\n... and {len(failures) - limit} more"
+
+
+# --------------------------------------------------------------------------------------
+# Helpers for the issue-3 collective tests (test_collectives_*.py, test_subgroups.py, ...)
+
+ERROR_KEY = "__error__"
+
+
+def run_until_error(keys, fn) -> dict:
+    """{key: fn(key)} for each key in order; stops at the first exception.
+
+    The exception is recorded as result[ERROR_KEY] = (key, type name, message) and returned
+    as data instead of raised, so the world survives (an uncaught exception costs a world
+    restart) and the parent can say which sub-case failed and why.  Callers loop over the
+    same keys on every rank, so a deterministic error (an unsupported op, a misuse check)
+    stops every rank at the same key and no rank is left waiting in a collective.
+    """
+    out = {}
+    for key in keys:
+        try:
+            out[key] = fn(key)
+        except Exception as e:  # noqa: BLE001 - reported by the parent
+            out[ERROR_KEY] = (key, type(e).__name__, str(e))
+            break
+    return out
+
+
+def errors_of(results, where: str) -> list[str]:
+    """Failure texts for the run_until_error errors in `results` (one list per rank).
+
+    A rank's result is a dict whose ERROR_KEY entry (if any) is one (key, type name,
+    message) tuple or a list of them; results of other types hold no error.  Ranks that
+    raised the same exception type at the same key are reported together, with the lowest
+    such rank's message (messages differ only by the rank they name).
+    """
+    per_rank = []
+    for res in results:
+        err = res.get(ERROR_KEY) if isinstance(res, dict) else None
+        per_rank.append([] if err is None else [err] if isinstance(err, tuple) else list(err))
+    groups = {}
+    for r, errs in enumerate(per_rank):
+        for key, tname, text in errs:
+            groups.setdefault((repr(key), tname), []).append((r, text))
+    failures = []
+    for (key, tname), hits in groups.items():
+        ranks = [r for r, _ in hits]
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {','.join(map(str, ranks))}"
+        failures.append(f"{who}: {where}: {key} raised {tname}: {hits[0][1].strip()[:600]}")
+    return failures
+
+
+def seed_for(seed, *parts) -> str:
+    """A distinct input seed per (collective, root, variant): make_input keys on it."""
+    return ":".join(str(p) for p in (seed,) + parts)
+
+
+def expected_reduction(seed, ws: int, dtype: str, count: int, op: str):
+    """(expected, tol) of reducing make_input(seed, r, dtype, count, op) over r < ws."""
+    inputs = [make_input(seed, r, dtype, count, op) for r in range(ws)]
+    return reference_allreduce(inputs, dtype, op)
+
+
+def concat_inputs(seed, ranks, dtype: str, count: int) -> torch.Tensor:
+    """The concatenation of make_input(seed, r, dtype, count) over `ranks` (all-gather)."""
+    parts = [make_input(seed, r, dtype, count) for r in ranks]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=DTYPES[dtype])

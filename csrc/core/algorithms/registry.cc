@@ -20,6 +20,18 @@ constexpr std::array kAlgorithms{
               &always, &buildBroadcastBinomial},
     Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",
               &always, &buildAllGatherRing},
+    Algorithm{"binomial", Collective::Reduce, "pipelined binomial tree towards the root, reducing at each level",
+              "any root", &always, &buildReduceBinomial},
+    Algorithm{"ring", Collective::ReduceScatter, "partial sums travel around a ring, pipelined in segments",
+              "any world size", &always, &buildReduceScatterRing},
+    Algorithm{"pairwise", Collective::AllToAll, "every pair of ranks exchanges its blocks directly, all at once",
+              "any split sizes", &always, &buildAllToAllPairwise},
+    Algorithm{"binomial", Collective::Gather, "subtrees gather into contiguous runs on the way up a binomial tree",
+              "any root", &always, &buildGatherBinomial},
+    Algorithm{"binomial", Collective::Scatter, "subtree runs split off on the way down a binomial tree", "any root",
+              &always, &buildScatterBinomial},
+    Algorithm{"dissemination", Collective::Barrier, "ceil(log2 n) rounds of zero-byte messages to rank r+2^k",
+              "any world size", &always, &buildBarrierDissemination},
 };
 
 }  // namespace

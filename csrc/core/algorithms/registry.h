@@ -30,5 +30,11 @@ Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);
+Schedule buildReduceBinomial(const CollArgs& a);
+Schedule buildReduceScatterRing(const CollArgs& a);
+Schedule buildAllToAllPairwise(const CollArgs& a);
+Schedule buildGatherBinomial(const CollArgs& a);
+Schedule buildScatterBinomial(const CollArgs& a);
+Schedule buildBarrierDissemination(const CollArgs& a);
 
 }  // namespace ringx

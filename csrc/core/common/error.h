@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ringx {
 
@@ -17,11 +18,15 @@ enum class ErrorKind {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& what, std::vector<int> awaited = {})
+      : std::runtime_error(what), kind_(kind), awaited_(std::move(awaited)) {}
   ErrorKind kind() const { return kind_; }
+  // Timeouts: the ranks the operation was still waiting on.
+  const std::vector<int>& awaited() const { return awaited_; }
 
  private:
   ErrorKind kind_;
+  std::vector<int> awaited_;
 };
 
 }  // namespace ringx

@@ -181,6 +181,7 @@ void Communicator::post(Active& a, StepId id) {
            "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
                std::to_string(st.bytes) + " were expected: the ranks passed tensors of different sizes");
     } else {
+      if (st.kind == StepKind::Recv) act.op->recvSource = r.source;
       stepDone(act, id);
     }
   };
@@ -211,10 +212,10 @@ void Communicator::finish(Active& a) {
   cbCv_.notify_one();
 }
 
-void Communicator::fail(Active& a, ErrorKind kind, const std::string& what) {
+void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited) {
   if (a.ended) return;
   a.ended = true;
-  Error err(kind, prefix(*a.op) + what);
+  Error err(kind, prefix(*a.op) + what, std::move(awaited));
   RINGX_LOG(Warn, err.what());
   bool first = false;
   {
@@ -247,23 +248,28 @@ bool Communicator::reapFinished() {
   return active_.size() != before;
 }
 
-std::string Communicator::awaitedPeers(const Active& a) const {
+std::vector<int> Communicator::awaitedPeers(const Active& a) const {
   std::set<int> recvFrom, sendTo;
   for (auto& [step, tid] : a.inflight) {
     const Step& s = a.op->schedule.steps()[step];
     (s.kind == StepKind::Recv ? recvFrom : sendTo).insert(s.peer);
   }
-  auto list = [](const std::set<int>& peers) {
-    std::string out;
-    for (int p : peers) {
-      if (!out.empty()) out += ", ";
-      out += p == kAnySource ? std::string("any rank") : std::to_string(p);
-    }
-    return out;
-  };
-  if (!recvFrom.empty()) return "waiting for data from rank(s) " + list(recvFrom);
-  if (!sendTo.empty()) return "waiting for rank(s) " + list(sendTo) + " to receive";
-  return "no transfer in flight";
+  const std::set<int>& peers = recvFrom.empty() ? sendTo : recvFrom;
+  return {peers.begin(), peers.end()};
+}
+
+std::string Communicator::describeAwaited(const Active& a) const {
+  std::vector<int> peers = awaitedPeers(a);
+  if (peers.empty()) return "no transfer in flight";
+  std::string list;
+  for (int p : peers) {
+    if (!list.empty()) list += ", ";
+    list += p == kAnySource ? std::string("any rank") : std::to_string(p);
+  }
+  bool receiving = std::any_of(a.inflight.begin(), a.inflight.end(), [&](const auto& entry) {
+    return a.op->schedule.steps()[entry.first].kind == StepKind::Recv;
+  });
+  return receiving ? "waiting for data from rank(s) " + list : "waiting for rank(s) " + list + " to receive";
 }
 
 void Communicator::checkDeadlines() {
@@ -273,11 +279,12 @@ void Communicator::checkDeadlines() {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
         (a->op->timeout.count() > 0 ? a->op->timeout : options_.timeout));
     fail(*a, ErrorKind::Timeout,
-         "Timed out after " + std::to_string(ms.count()) + " ms, " + awaitedPeers(*a) + " (algorithm " +
+         "Timed out after " + std::to_string(ms.count()) + " ms, " + describeAwaited(*a) + " (algorithm " +
              a->op->schedule.algorithm() + ", " + std::to_string(a->stepsDone) + "/" +
              std::to_string(a->remaining.size()) +
              " steps done). Every rank must call the same collectives in the same order; a peer may "
-             "have stalled or died. Raise the limit with init_process_group(timeout=...).");
+             "have stalled or died. Raise the limit with init_process_group(timeout=...).",
+         awaitedPeers(*a));
   }
 }
 

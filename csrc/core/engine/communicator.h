@@ -66,13 +66,14 @@ class Communicator {
   bool runReady(Active& a);
   void post(Active& a, StepId id);
   void stepDone(Active& a, StepId id);
-  void fail(Active& a, ErrorKind kind, const std::string& what);
+  void fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited = {});
   void finish(Active& a);
   bool reapFinished();
   void checkDeadlines();
   void sleepUntilWork();
   void completionLoop();
-  std::string awaitedPeers(const Active& a) const;
+  std::string describeAwaited(const Active& a) const;
+  std::vector<int> awaitedPeers(const Active& a) const;
   std::string prefix(const Op& op) const;
 
   std::unique_ptr<Transport> transport_;

@@ -30,6 +30,8 @@ struct Op {
   // Whatever must outlive every transfer (tensors): released only once the
   // transport no longer references the op's buffers.
   std::shared_ptr<void> keepAlive;
+  // The sender of the last completed receive (recv from any source).
+  int recvSource = -1;
 };
 
 }  // namespace ringx

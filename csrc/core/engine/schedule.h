@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ class Schedule {
   // Adds a step that may start once every listed step is done; kNoStep
   // entries are ignored so builders can pass optional dependencies.
   StepId add(const Step& step, std::initializer_list<StepId> deps = {}) {
+    return add(step, std::span<const StepId>(deps.begin(), deps.size()));
+  }
+  StepId add(const Step& step, std::span<const StepId> deps) {
     StepId id = StepId(steps_.size());
     steps_.push_back(step);
     dependents_.emplace_back();

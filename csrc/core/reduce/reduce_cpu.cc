@@ -187,19 +187,6 @@ void narrow(void* out, size_t offset, const float* in, size_t n) {
 }
 
 template <DType D, ReduceOp O>
-void reduce16(void* dst, const void* src, size_t count) {
-  alignas(64) float a[kHalfBlock];
-  alignas(64) float b[kHalfBlock];
-  for (size_t base = 0; base < count; base += kHalfBlock) {
-    const size_t m = std::min(kHalfBlock, count - base);
-    widen<D>(a, dst, base, m);
-    widen<D>(b, src, base, m);
-    reduceLoop<DType::F32, O>(a, b, m);
-    narrow<D>(dst, base, a, m);
-  }
-}
-
-template <DType D, ReduceOp O>
 void reduce2_16(void* dst, const void* x, const void* y, size_t count) {
   alignas(64) float a[kHalfBlock];
   alignas(64) float b[kHalfBlock];
@@ -210,6 +197,11 @@ void reduce2_16(void* dst, const void* x, const void* y, size_t count) {
     reduceLoop<DType::F32, O>(a, b, m);
     narrow<D>(dst, base, a, m);
   }
+}
+
+template <DType D, ReduceOp O>
+void reduce16(void* dst, const void* src, size_t count) {
+  reduce2_16<D, O>(dst, dst, src, count);
 }
 
 template <DType D, ReduceOp O>

@@ -3,18 +3,17 @@
 // each dtype is loaded into the type ops compute in, the per-op functors,
 // which dtype x op pairs exist, and the generator both sides build their
 // dispatch tables with. Everything a kernel calls is RINGX_HD so nvcc compiles
-// it for the device as well.
+// it for the device as well. nvcc compiles it as C++17 (see CMakeLists.txt),
+// so it keeps to C++17.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
-#if !defined(__CUDA_ARCH__)
-#include <bit>
-#endif
 
 #include "core/common/error.h"
 #include "core/common/types.h"
@@ -35,7 +34,9 @@ RINGX_HD inline uint32_t floatToBits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
-  return std::bit_cast<uint32_t>(f);
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
 #endif
 }
 
@@ -43,7 +44,9 @@ RINGX_HD inline float bitsToFloat(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
-  return std::bit_cast<float>(u);
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
 #endif
 }
 

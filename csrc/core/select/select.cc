@@ -48,7 +48,8 @@ AlgoOverride::AlgoOverride(const std::string& spec) : spec_(spec) {
     if (entry.empty()) continue;
     size_t colon = entry.find(':');
     bool matched = false;
-    for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::AllGather}) {
+    for (int ci = 0; ci < kNumCollectives; ++ci) {
+      const Collective c = Collective(ci);
       std::string_view name = entry;
       if (colon != std::string_view::npos) {
         if (trim(entry.substr(0, colon)) != collectiveName(c)) continue;
@@ -64,10 +65,13 @@ AlgoOverride::AlgoOverride(const std::string& spec) : spec_(spec) {
       }
     }
     if (!matched) {
+      std::string known;
+      for (int ci = 0; ci < kNumCollectives; ++ci) {
+        known += std::string(ci ? "; " : "") + std::string(collectiveName(Collective(ci))) + ": " +
+                 algorithmNames(Collective(ci));
+      }
       throw Error(ErrorKind::InvalidArgument,
-                  "ringx: RINGX_ALGO entry '" + std::string(entry) + "' names no algorithm; all_reduce has: " +
-                      algorithmNames(Collective::AllReduce) + "; broadcast has: " + algorithmNames(Collective::Broadcast) +
-                      "; all_gather has: " + algorithmNames(Collective::AllGather));
+                  "ringx: RINGX_ALGO entry '" + std::string(entry) + "' names no algorithm (" + known + ")");
     }
   }
 }

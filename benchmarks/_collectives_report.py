@@ -1,0 +1,357 @@
+"""Tables, the two-shot bound, ratio summaries, issue-4 targets and the plot for
+benchmarks/collectives.py. Pure formatting over the records the ranks write.
+
+Columns (nccl-tests conventions)
+--------------------------------
+size      bytes of the largest buffer of the call: the buffer (all_reduce, broadcast),
+          the gathered output (all_gather), the input (reduce_scatter), either buffer
+          (all_to_all). count = size / element size.
+time(us)  median over iterations of the per-iteration time of the SLOWEST rank
+          (per iteration, MAX across ranks); p10 / p90 of that same series.
+algbw     size / time, GB/s (1e9 bytes).
+busbw     algbw * factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+          (n-1)/n; broadcast, reduce 1. It is the rate each rank's link would need,
+          comparable across world sizes and with the hardware's bandwidth.
+#wrong    timed iterations whose result was wrong on some rank (each is checked).
+"""
+
+from __future__ import annotations
+
+import math
+
+GLOO_LABELS = {"torchrun": "gloo", "tcp": "gloo-tcp"}
+COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
+         "all_to_all_single"]
+SHORT = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
+         "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast",
+         "all_to_all_single": "all_to_all"}
+CELL = 57  # width of one backend's group of columns
+
+
+def bus_factor(coll: str, n: int) -> float:
+    if coll == "all_reduce":
+        return 2 * (n - 1) / n
+    if coll in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+        return (n - 1) / n
+    return 1.0
+
+
+def two_shot_time_s(nbytes: float, n: int, memcpy_Bps: float, add_Bps: float) -> float:
+    """Lower bound on one all_reduce of `nbytes` on one host, two-shot through shared memory.
+
+    Each of the n ranks, on its own core, in three phases:
+
+      1. copy in:   its N input bytes into its shared buffer             N / memcpy
+      2. reduce:    its slice of N/n bytes from the n shared buffers,
+                    written where the others will read it           (N/n) * (n+1)/3 / add
+      3. copy out:  the other n-1 reduced slices into its output  N (n-1)/n / memcpy
+
+    memcpy is the one-core copy rate (bytes copied per second) and add the one-core
+    rate of c = a + b (bytes of c per second), both on buffers much larger than the
+    last-level cache. c = a + b moves 3 bytes per output byte; a fused n-way reduce
+    moves n + 1, hence the factor (n+1)/3 (exactly 1 for n = 2, where phase 2 is one
+    a + b over N/2 bytes). The phases of one rank cannot overlap (each waits for the
+    others' previous phase), so the bound is their sum:
+
+      T(N, n) = N/memcpy + (N/n)(n+1)/(3 add) + N(n-1)/(n memcpy)
+
+    and the busbw it allows is N/T * 2(n-1)/n. It ignores synchronisation, so it
+    can't be reached; it assumes one core per rank (false for n = 4 on 2 cores, where
+    the rates measured with every rank copying at once give the honest figure).
+    """
+    return (nbytes / memcpy_Bps + (nbytes / n) * (n + 1) / 3 / add_Bps
+            + nbytes * (n - 1) / n / memcpy_Bps)
+
+
+def bound_busbw(bound: dict, n: int, concurrent: bool = False) -> float:
+    """busbw (GB/s) of the two-shot bound; independent of N (the model is linear)."""
+    cp = bound["memcpy_concurrent_Bps" if concurrent else "memcpy_Bps"]
+    add = bound["add_concurrent_Bps" if concurrent else "add_Bps"]
+    nb = float(1 << 26)
+    return nb / two_shot_time_s(nb, n, cp, add) * bus_factor("all_reduce", n) / 1e9
+
+
+def bound_lines(bound: dict, n: int) -> list[str]:
+    mib = bound["buffer_bytes"] >> 20
+    return [
+        f"# bound ({bound['dtype']}, {mib} MiB buffers, best of {bound['reps']}, 1 thread):",
+        f"#   one core alone:        memcpy {bound['memcpy_Bps'] / 1e9:6.2f} GB/s   "
+        f"a+b {bound['add_Bps'] / 1e9:6.2f} GB/s (output bytes)",
+        f"#   all {n} ranks at once:  memcpy {bound['memcpy_concurrent_Bps'] / 1e9:6.2f} GB/s   "
+        f"a+b {bound['add_concurrent_Bps'] / 1e9:6.2f} GB/s (slowest rank)",
+        f"#   two-shot all_reduce bound, world {n}: busbw {bound_busbw(bound, n):6.2f} GB/s "
+        f"(one-core rates); {bound_busbw(bound, n, True):6.2f} GB/s (concurrent rates)",
+    ]
+
+
+def _fmt_t(us: float) -> str:
+    return f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+
+
+def table_header(coll, n, dtype, labels, status) -> list[str]:
+    head = f"# {coll}, world {n}, {dtype}"
+    notes = [f"{lb}: {st}" for lb, st in status.items() if st != "ok"]
+    lines = [head + ("   (" + "; ".join(notes) + ")" if notes else "")]
+    top = f"#{'':>45} |"
+    sub = f"# {'size':>10} {'count':>10} {'type':>9} {'redop':>6}     |"
+    for lb in labels:
+        top += f" {lb:^{CELL - 2}} |"
+        sub += (f" {'time(us)':>9} {'p10':>9} {'p90':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |")
+    if coll == "all_reduce" and "ringx" in labels:
+        sub += " ringx/bound"
+    return lines + [top, sub]
+
+
+def table_row(coll, n, size, count, dtype, labels, row, bound) -> str:
+    redop = "sum" if coll in ("all_reduce", "reduce_scatter_tensor") else "none"
+    s = f"  {size:>10} {count:>10} {dtype:>9} {redop:>6}     |"
+    for lb in labels:
+        r = row.get(lb, {"status": "-"})
+        if r.get("status") == "ok":
+            s += (f" {_fmt_t(r['time_us']):>9} {_fmt_t(r['p10_us']):>9} {_fmt_t(r['p90_us']):>9}"
+                  f" {r['algbw_GBps']:7.3f} {r['busbw_GBps']:7.3f} {r['wrong']:>6} |")
+        else:
+            s += f" {r.get('status', '-')[:CELL - 2]:^{CELL - 2}} |"
+    if coll == "all_reduce" and bound and row.get("ringx", {}).get("status") == "ok":
+        s += f" {row['ringx']['busbw_GBps'] / bound_busbw(bound, n):10.1%}"
+    return s
+
+
+# ------------------------------------------------------------------ summaries
+
+
+def index(records):
+    """{(world, coll, size): {backend: record}} for the ok and unsupported points."""
+    pts = {}
+    for r in records:
+        if r.get("kind") == "point" and "size" in r:
+            pts.setdefault((r["world"], r["coll"], r["size"]), {})[r["backend"]] = r
+    return pts
+
+
+def _human(b: int) -> str:
+    for unit, sh in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << sh and b % (1 << sh) == 0:
+            return f"{b >> sh} {unit}"
+    return f"{b} B"
+
+
+def gloo_roles(labels, shm_available):
+    """(label of gloo over TCP, label of gloo's shared-memory path or None)."""
+    tcp = "gloo-tcp" if "gloo-tcp" in labels else ("gloo" if "gloo" in labels and not shm_available else None)
+    shm = "gloo" if shm_available and "gloo" in labels else None
+    return tcp, shm
+
+
+def ratio_tables(records, worlds, colls, gloo_labels) -> list[str]:
+    pts = index(records)
+    out = []
+    for n in worlds:
+        for g in gloo_labels:
+            out.append(f"# ringx time / {g} time, world {n} (< 1: ringx faster; "
+                       f"'unsup' = ringx lacks it)")
+            out.append(f"# {'size':>10} " + " ".join(f"{SHORT[c]:>14}" for c in colls))
+            sizes = sorted({s for (w, c, s) in pts if w == n})
+            for s in sizes:
+                cells = []
+                for c in colls:
+                    p = pts.get((n, c, s), {})
+                    rx, gl = p.get("ringx", {}), p.get(g, {})
+                    if rx.get("status") == "ok" and gl.get("status") == "ok":
+                        cells.append(f"{rx['time_us'] / gl['time_us']:14.3f}")
+                    elif rx.get("status") == "unsupported":
+                        cells.append(f"{'unsup':>14}")
+                    else:
+                        cells.append(f"{'-':>14}")
+                out.append(f"  {s:>10} " + " ".join(cells))
+            out.append("")
+    return out
+
+
+def targets(records, meta) -> list[str]:
+    """The issue-4 target rows with this run's ratios (each line says met / NOT met)."""
+    pts = index(records)
+    shm = meta["gloo_shm"]["available"]
+    labels = meta["gloo_labels"]
+    tcp_l, shm_l = gloo_roles(labels, shm)
+    bounds = {r["world"]: r for r in records if r.get("kind") == "bound"}
+    out = ["# issue-4 targets, measured in this run", ]
+    if meta["dtype"] != "float32":
+        out.append(f"#   (run used {meta['dtype']}; the targets are stated for float32)")
+
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+
+    def get(n, c, s, b):
+        r = pts.get((n, c, s), {}).get(b, {})
+        return r if r.get("status") == "ok" else None
+
+    # 1. all_reduce world 2, 64 MiB busbw.
+    s64 = 64 << 20
+    rx = get(2, "all_reduce", s64, "ringx")
+    line = "all_reduce w2 64 MiB busbw: "
+    if rx is None:
+        out.append("#   " + line + "no ringx measurement at 64 MiB in this run")
+    else:
+        line += f"ringx {rx['busbw_GBps']:.3f} GB/s"
+        parts = [line]
+        gt = get(2, "all_reduce", s64, tcp_l) if tcp_l else None
+        if gt:
+            r = rx["busbw_GBps"] / gt["busbw_GBps"]
+            parts.append(f"vs gloo TCP {gt['busbw_GBps']:.3f}: {r:.2f}x (>= 3x: {verdict(r >= 3)})")
+        gs = get(2, "all_reduce", s64, shm_l) if shm_l else None
+        if gs:
+            r = rx["busbw_GBps"] / gs["busbw_GBps"]
+            parts.append(f"vs gloo shm {gs['busbw_GBps']:.3f}: {r:.2f}x (>= 1.3x: {verdict(r >= 1.3)})")
+        elif not shm:
+            parts.append("vs gloo shm: n/a (this torch's gloo has no shared-memory all_reduce)")
+        if 2 in bounds:
+            bb = bound_busbw(bounds[2], 2)
+            r = rx["busbw_GBps"] / bb
+            parts.append(f"vs two-shot bound {bb:.2f}: {r:.1%} (>= 80%: {verdict(r >= 0.8)})")
+        out.append("#   " + ";\n#     ".join(parts))
+
+    # 2. all_reduce world 2, 8 B - 4 KiB time.
+    small = sorted(s for (w, c, s) in pts if w == 2 and c == "all_reduce" and s <= 4096)
+    worst_tcp = worst_best = None
+    for s in small:
+        rx = get(2, "all_reduce", s, "ringx")
+        if not rx:
+            continue
+        gts = [get(2, "all_reduce", s, g) for g in labels]
+        gts = [g for g in gts if g]
+        gt = get(2, "all_reduce", s, tcp_l) if tcp_l else None
+        if gt:
+            r = rx["time_us"] / gt["time_us"]
+            worst_tcp = max(worst_tcp or (0, 0), (r, s))
+        if gts:
+            r = rx["time_us"] / min(g["time_us"] for g in gts)
+            worst_best = max(worst_best or (0, 0), (r, s))
+    if worst_tcp or worst_best:
+        msg = "#   all_reduce w2 8 B-4 KiB time, worst size: "
+        if worst_tcp:
+            msg += (f"ringx/gloo TCP {worst_tcp[0]:.3f} at {_human(worst_tcp[1])} "
+                    f"(<= 0.2: {verdict(worst_tcp[0] <= 0.2)})")
+        if worst_best:
+            msg += (f"; ringx/faster gloo {worst_best[0]:.3f} at {_human(worst_best[1])} "
+                    f"(<= 0.5: {verdict(worst_best[0] <= 0.5)})")
+        out.append(msg)
+    else:
+        out.append("#   all_reduce w2 8 B-4 KiB: not measured")
+
+    # 3. other collectives world 2, >= 1 MiB busbw.
+    for c in COLLS[1:]:
+        sizes = sorted(s for (w, cc, s) in pts if w == 2 and cc == c and s >= 1 << 20)
+        rxs = [pts[(2, c, s)].get("ringx", {}) for s in sizes]
+        if any(r.get("status") == "unsupported" for r in rxs):
+            out.append(f"#   {SHORT[c]} w2 >= 1 MiB busbw: ringx unsupported (NOT met)")
+            continue
+        worst = None
+        for s in sizes:
+            rx = get(2, c, s, "ringx")
+            gts = [g for g in (get(2, c, s, lb) for lb in labels) if g]
+            if rx and gts:
+                r = rx["busbw_GBps"] / max(g["busbw_GBps"] for g in gts)
+                worst = min(worst or (math.inf, 0), (r, s))
+        if worst:
+            out.append(f"#   {SHORT[c]} w2 >= 1 MiB busbw, worst size: ringx/gloo {worst[0]:.2f}x at "
+                       f"{_human(worst[1])} (>= 2x: {verdict(worst[0] >= 2)})")
+        else:
+            out.append(f"#   {SHORT[c]} w2 >= 1 MiB: not measured")
+
+    # 4. every collective world 4, every size.
+    for c in COLLS:
+        keys = sorted(s for (w, cc, s) in pts if w == 4 and cc == c)
+        if not keys:
+            continue
+        if any(pts[(4, c, s)].get("ringx", {}).get("status") == "unsupported" for s in keys):
+            out.append(f"#   {SHORT[c]} w4 time: ringx unsupported (NOT met)")
+            continue
+        worst = None
+        for s in keys:
+            rx = get(4, c, s, "ringx")
+            gts = [g for g in (get(4, c, s, lb) for lb in labels) if g]
+            if rx and gts:
+                r = rx["time_us"] / min(g["time_us"] for g in gts)
+                worst = max(worst or (0, 0), (r, s))
+        if worst:
+            out.append(f"#   {SHORT[c]} w4 time, worst size: ringx/gloo {worst[0]:.3f} at "
+                       f"{_human(worst[1])} (<= 0.5: {verdict(worst[0] <= 0.5)})")
+    return out
+
+
+def key_numbers(records, worlds, gloo_labels) -> list[str]:
+    """all_reduce at 8 B, 4 KiB, 1 MiB, 64 MiB: the numbers people ask for first."""
+    pts = index(records)
+    out = ["# all_reduce key sizes: median time (us) and busbw (GB/s) of the slowest rank"]
+    for n in worlds:
+        for s in (8, 4096, 1 << 20, 64 << 20):
+            p = pts.get((n, "all_reduce", s))
+            if not p:
+                continue
+            cells = []
+            for b in ["ringx"] + list(gloo_labels):
+                r = p.get(b, {})
+                if r.get("status") == "ok":
+                    cells.append(f"{b} {_fmt_t(r['time_us'])} us / {r['busbw_GBps']:.3f} GB/s")
+                else:
+                    cells.append(f"{b} {r.get('status', '-')}")
+            rx, best = p.get("ringx", {}), [p[g] for g in gloo_labels if p.get(g, {}).get("status") == "ok"]
+            ratio = ""
+            if rx.get("status") == "ok" and best:
+                ratio = f"  ratio ringx/gloo {rx['time_us'] / min(g['time_us'] for g in best):.3f}"
+            out.append(f"#   w{n} {_human(s):>7}: " + ";  ".join(cells) + ratio)
+    return out
+
+
+# ----------------------------------------------------------------------- plot
+
+
+def plot(records, meta, path) -> str | None:
+    """PNG: per collective, busbw and time against size, one line per backend x world."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    pts = index(records)
+    colls = [c for c in meta["colls"] if any(k[1] == c for k in pts)]
+    if not colls:
+        return "nothing to plot"
+    bounds = {r["world"]: r for r in records if r.get("kind") == "bound"}
+    fig, axes = plt.subplots(len(colls), 2, figsize=(13, 3.4 * len(colls)), squeeze=False)
+    colors = {"ringx": "tab:red", "gloo": "tab:blue", "gloo-tcp": "tab:green"}
+    styles = {2: "-", 4: "--", 8: ":"}
+    for i, c in enumerate(colls):
+        axb, axt = axes[i]
+        for n in meta["worlds"]:
+            for b in ["ringx"] + list(meta["gloo_labels"]):
+                xs, bw, tm = [], [], []
+                for (w, cc, s), p in sorted(pts.items(), key=lambda kv: kv[0][2]):
+                    r = p.get(b, {})
+                    if w == n and cc == c and r.get("status") == "ok":
+                        xs.append(s)
+                        bw.append(r["busbw_GBps"])
+                        tm.append(r["time_us"])
+                if xs:
+                    kw = dict(color=colors.get(b, "gray"), linestyle=styles.get(n, "-."), marker=".")
+                    axb.plot(xs, bw, label=f"{b} w{n}", **kw)
+                    axt.plot(xs, tm, label=f"{b} w{n}", **kw)
+            if c == "all_reduce" and n in bounds:
+                axb.axhline(bound_busbw(bounds[n], n), color="black", linestyle=styles.get(n, "-."),
+                            linewidth=0.8, label=f"two-shot bound w{n}")
+        for ax, yl in ((axb, "busbw (GB/s)"), (axt, "time (us), slowest rank, median")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel(yl)
+            ax.set_title(f"{c} ({meta['dtype']})")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(meta.get("machine", ""), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

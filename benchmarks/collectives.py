@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Collective benchmark: ringx against gloo, nccl-tests style, in one invocation.
+
+    python benchmarks/collectives.py                       # world 2 and 4, 8 B .. 256 MiB
+    python benchmarks/collectives.py --world 2 --max-bytes 4M --colls all_reduce
+    python benchmarks/collectives.py --plot                # also a PNG next to the JSON
+
+The script spawns its own ranks (a torchrun-like environment: RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, OMP_NUM_THREADS=1) and bounds each
+world with a timeout; the ranks die with it. In each world the default process group
+is gloo and `dist.new_group(backend="ringx")` is ringx, so both backends run in the
+same processes on the same buffers, size by size, interleaved. See
+docs/benchmarks.md for what the columns mean, how the bound is computed and how to
+re-measure the cost model's constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import mmap
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import _collectives_report as report  # noqa: E402
+
+ALIASES = {"all_gather": "all_gather_into_tensor", "allgather": "all_gather_into_tensor",
+           "reduce_scatter": "reduce_scatter_tensor", "reducescatter": "reduce_scatter_tensor",
+           "all_to_all": "all_to_all_single", "alltoall": "all_to_all_single",
+           "allreduce": "all_reduce", "bcast": "broadcast"}
+
+
+def parse_bytes(s: str) -> int:
+    s = s.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+    return int(float(s.rstrip("KMG")) * mult)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", default="2,4", help="world sizes, comma-separated (default 2,4)")
+    p.add_argument("--colls", default=",".join(report.COLLS),
+                   help="collectives, comma-separated (short names all_gather, reduce_scatter, "
+                        "all_to_all work too)")
+    p.add_argument("--min-bytes", type=parse_bytes, default=8, help="smallest size (default 8)")
+    p.add_argument("--max-bytes", type=parse_bytes, default=256 << 20, help="largest size (default 256M)")
+    p.add_argument("--step-factor", type=int, default=2, help="size multiplier between rows (default 2)")
+    p.add_argument("--dtype", default="float32",
+                   choices=["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"])
+    p.add_argument("--backends", default="ringx,gloo", help="ringx,gloo (default both)")
+    p.add_argument("--gloo-modes", default="auto", choices=["auto", "torchrun", "tcp", "both"],
+                   help="gloo as torchrun launches it (LOCAL_WORLD_SIZE set), over TCP with the "
+                        "shared-memory path off (LOCAL_WORLD_SIZE unset), or both; auto = both when "
+                        "this torch's gloo has the shared-memory all_reduce, else torchrun only")
+    p.add_argument("--budget", type=float, default=0.25,
+                   help="seconds of timed iterations per (collective, size, backend) (default 0.25)")
+    p.add_argument("--min-iters", type=int, default=5)
+    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (fewer above 16 MiB; never fewer than one per rotating buffer)")
+    p.add_argument("--warmup-bytes", type=parse_bytes, default=64 << 20,
+                   help="warm-up iterations = max(buffers, min(--warmup, this / size))")
+    p.add_argument("--max-buffers", type=int, default=64, help="most rotating buffers per size")
+    p.add_argument("--rotate-mult", type=float, default=4.0,
+                   help="rotating buffers span this many last-level caches (default 4)")
+    p.add_argument("--bound-mib", type=int, default=128, help="buffer size of the rate measurements")
+    p.add_argument("--bound-reps", type=int, default=5)
+    p.add_argument("--no-bound", action="store_true", help="skip the memcpy / a+b measurement")
+    p.add_argument("--pg-timeout", type=float, default=120, help="process-group timeout, seconds")
+    p.add_argument("--timeout", type=float, default=1500, help="wall-clock bound per world, seconds")
+    p.add_argument("--json", default=None, help="output JSON (default bench-results/collectives-<time>.json)")
+    p.add_argument("--plot", nargs="?", const="", default=None,
+                   help="write a PNG (default: the JSON path with .png)")
+    p.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_gloo-modes", dest="_gloo_modes", default="torchrun", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.worlds = [int(w) for w in a.world.split(",") if w.strip()]
+    a.colls = [ALIASES.get(c.strip(), c.strip()) for c in a.colls.split(",") if c.strip()]
+    bad = [c for c in a.colls if c not in report.COLLS]
+    if bad:
+        p.error(f"unknown collective(s) {bad}; choose from {report.COLLS}")
+    a.backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    if a.step_factor < 2:
+        p.error("--step-factor must be >= 2")
+    sizes, s = [], max(1, a.min_bytes)
+    while s <= a.max_bytes:
+        sizes.append(s)
+        s *= a.step_factor
+    a.sizes = sizes
+    a._gloo_modes = a._gloo_modes.split(",")
+    return a
+
+
+# --------------------------------------------------------------- what we run on
+
+
+def detect_gloo_shm() -> dict:
+    """Does this torch's gloo have the shared-memory all_reduce (gloo/allreduce_shm.cc)?
+
+    That path (gloo PR 458, 2025) is taken when LOCAL_WORLD_SIZE equals the group
+    size; it reads the variable with getenv, so the string is in the binary. We look
+    for it, and for the path's symbols, in torch's libraries without importing torch.
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {"available": False, "evidence": "torch not found"}
+    lib = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+    needles = [b"LOCAL_WORLD_SIZE", b"is_intra_node", b"allreduce_shm", b"AllreduceSharedMemoryData"]
+    found, scanned = {}, []
+    for name in ("libtorch_cpu.so", "libtorch.so", "libtorch_python.so"):
+        path = os.path.join(lib, name)
+        if not os.path.exists(path):
+            continue
+        scanned.append(name)
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            for nd in needles:
+                if m.find(nd) >= 0:
+                    found.setdefault(nd.decode(), []).append(name)
+    avail = "LOCAL_WORLD_SIZE" in found and any(k != "LOCAL_WORLD_SIZE" for k in found)
+    ev = (f"scanned {', '.join(scanned)} for {', '.join(n.decode() for n in needles)}: "
+          + (", ".join(f"{k} in {'/'.join(v)}" for k, v in found.items()) if found else "none found"))
+    return {"available": avail, "evidence": ev}
+
+
+def machine() -> dict:
+    info = {"host": platform.node(), "kernel": platform.release(), "python": platform.python_version(),
+            "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            info["mem_GiB"] = round(int(f.readline().split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    for mod in ("torch", "ringx"):
+        try:
+            out = subprocess.run([sys.executable, "-c", f"import {mod}; print({mod}.__version__)"],
+                                 capture_output=True, text=True, timeout=120)
+            info[mod] = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+        except Exception as e:  # noqa: BLE001
+            info[mod] = f"unknown ({e})"
+    try:
+        info["git"] = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ launching
+
+
+def _stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    end = time.time() + 5
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, end - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_world(n, args, gloo_modes, logdir) -> tuple[list, str | None]:
+    """Spawn n ranks, wait (bounded), return (records, error or None)."""
+    out = os.path.join(logdir, f"world{n}.jsonl")
+    port = free_port()
+    argv = [a for a in sys.argv[1:]]
+    procs, logs = [], []
+    try:
+        for r in range(n):
+            env = dict(os.environ)
+            env.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                        "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0", "ROLE_RANK": str(r),
+                        "ROLE_WORLD_SIZE": str(n), "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "TORCHELASTIC_RUN_ID": f"bench-{os.getpid()}", "TORCHELASTIC_RESTART_COUNT": "0",
+                        "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": "1",
+                        "PYTHONUNBUFFERED": "1"})
+            log = os.path.join(logdir, f"world{n}-rank{r}.log")
+            logs.append(log)
+            lf = open(log, "w")
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), *argv, "--_worker", "--_out", out,
+                 "--_gloo-modes", ",".join(gloo_modes)],
+                env=env, stdin=subprocess.DEVNULL, stdout=None if r == 0 else lf, stderr=lf))
+            lf.close()
+        deadline = time.time() + args.timeout
+        err, done_at, failed_at = None, None, None
+        while any(p.poll() is None for p in procs):
+            now = time.time()
+            if done_at is None and _done(out):
+                done_at = now
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                failed_at = now
+            if now > deadline:
+                err = f"world {n}: timed out after {args.timeout:.0f} s (--timeout); ranks killed"
+                break
+            if done_at and now - done_at > 30:
+                break  # results are complete; a rank stuck in shutdown is killed below
+            if failed_at and now - failed_at > 15:
+                break
+            time.sleep(0.2)
+        codes = [p.poll() for p in procs]
+        if err is None and not _done(out):
+            err = f"world {n}: ranks exited {codes} before finishing"
+    finally:
+        _stop(procs)
+    if err:
+        for log in logs:
+            try:
+                with open(log) as f:
+                    tail = f.read()[-2500:]
+            except OSError:
+                tail = ""
+            if tail.strip():
+                print(f"---- {log} (tail) ----\n{tail}", file=sys.stderr)
+    records = []
+    if os.path.exists(out):
+        with open(out) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    return records, err
+
+
+def _done(path) -> bool:
+    try:
+        with open(path) as f:
+            return any('"kind": "done"' in line for line in f)
+    except OSError:
+        return False
+
+
+def main():
+    args = parse_args()
+    if args._worker:
+        import _collectives_worker
+
+        _collectives_worker.main(args)
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    json_path = args.json or os.path.join(os.getcwd(), "bench-results", f"collectives-{stamp}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+
+    shm = detect_gloo_shm()
+    if args.gloo_modes == "auto":
+        modes = ["torchrun", "tcp"] if shm["available"] else ["torchrun"]
+    else:
+        modes = {"torchrun": ["torchrun"], "tcp": ["tcp"], "both": ["torchrun", "tcp"]}[args.gloo_modes]
+    gloo_labels = [report.GLOO_LABELS[m] for m in modes] if "gloo" in args.backends else []
+    mach = machine()
+    meta = {"machine": f"{mach.get('cpu', '?')}, {mach.get('cpus')} cpus, {mach.get('mem_GiB', '?')} GiB; "
+                       f"torch {mach.get('torch')}, ringx {mach.get('ringx')} ({mach.get('git', '?')})",
+            "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
+            "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
+            "gloo_labels": gloo_labels, "argv": sys.argv[1:]}
+    print(f"# {meta['machine']}")
+    print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
+          f"({shm['evidence']})")
+    if "gloo" in args.backends:
+        desc = {"gloo": "gloo with LOCAL_WORLD_SIZE set, as torchrun launches it"
+                        + ("" if shm["available"] else " (= gloo over TCP: no shm path here)"),
+                "gloo-tcp": "gloo with LOCAL_WORLD_SIZE unset (shared-memory path off: TCP)"}
+        for lb in gloo_labels:
+            print(f"#   {lb:8s} = {desc[lb]}")
+    print("# time = median over iterations of the slowest rank's time; p10/p90 of the same; "
+          "algbw = size/time; busbw = algbw * nccl-tests factor; GB = 1e9 B")
+
+    records, errors = [], []
+    with tempfile.TemporaryDirectory(prefix="ringx-bench-") as logdir:
+        for n in args.worlds:
+            print(f"\n######## world {n} ########", flush=True)
+            t0 = time.time()
+            recs, err = run_world(n, args, modes, logdir)
+            records += recs
+            if err:
+                errors.append(err)
+                print(f"# ERROR: {err}", flush=True)
+            print(f"# world {n}: {time.time() - t0:.0f} s", flush=True)
+
+    print()
+    for line in report.key_numbers(records, args.worlds, gloo_labels):
+        print(line)
+    print()
+    if "ringx" in args.backends and gloo_labels:
+        for line in report.ratio_tables(records, args.worlds, args.colls, gloo_labels):
+            print(line)
+        for line in report.targets(records, meta):
+            print(line)
+    meta["errors"] = errors
+    with open(json_path, "w") as f:
+        json.dump({"meta": meta, "records": records}, f, indent=1)
+    print(f"\n# JSON: {json_path}")
+    if args.plot is not None:
+        png = args.plot or os.path.splitext(json_path)[0] + ".png"
+        why = report.plot(records, meta, png)
+        print(f"# plot: {png}" if why is None else f"# plot not written: {why}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+// broadcast, all_gather, gather, scatter and all_to_all in their tensor,
+// list and coalesced forms.
+#include <numeric>
+
+#include "torch/process_group_ringx.hpp"
+#include "torch/staging.h"
+
+namespace ringx {
+
+namespace {
+
+void checkSameDtype(const CallContext& c, const at::Tensor& a, const at::Tensor& b) {
+  checkDevice(c, a);
+  checkDevice(c, b);
+  if (a.scalar_type() != b.scalar_type()) {
+    throwTypeError(c, "output dtype " + std::string(c10::toString(a.scalar_type())) + " differs from input dtype " +
+                          std::string(c10::toString(b.scalar_type())));
+  }
+}
+
+void checkListLength(const CallContext& c, size_t got, const char* what) {
+  if (int(got) != c.size) {
+    throwValueError(c, std::string("the ") + what + " list has " + std::to_string(got) + " tensors, expected " +
+                           std::to_string(c.size) + " (one per rank)");
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  Call call = begin("broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  const at::Tensor& t = singleTensor(call.ctx, tensors);
+  checkRoot(call.ctx, opts.rootRank);
+  if (opts.rootTensor != 0) throwValueError(call.ctx, "rootTensor must be 0 with one tensor per call");
+  Staged st = stage(asParts(t));
+  CollArgs a = argsFor(call, Collective::Broadcast);
+  a.dtype = toDType(call.ctx, st.buf.scalar_type());
+  a.buf = st.buf.data_ptr();
+  a.count = size_t(st.buf.numel());
+  a.root = int(opts.rootRank);
+  return submit(call, a, {t, st.buf}, {t}, std::move(st.publish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions& opts) {
+  Call call = begin("all_gather", c10d::OpType::ALLGATHER, opts.timeout);
+  const at::Tensor& in = singleTensor(call.ctx, inputs);
+  if (outputs.size() != 1) {
+    throwValueError(call.ctx, "expects one output list per input tensor, got " + std::to_string(outputs.size()));
+  }
+  auto& outs = outputs[0];
+  checkListLength(call.ctx, outs.size(), "output");
+  for (size_t i = 0; i < outs.size(); ++i) checkSameType(call.ctx, in, outs[i], "output tensor " + std::to_string(i));
+  at::Tensor src = asParts(in).contiguous();
+  at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
+  CollArgs a = argsFor(call, Collective::AllGather);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  a.buf = flat.data_ptr();
+  a.input = src.data_ptr();
+  a.count = size_t(src.numel());
+  std::vector<at::Tensor> targets = outs;
+  std::vector<at::Tensor> keep = outs;
+  keep.insert(keep.end(), {in, src, flat});
+  return submit(call, a, keep, outs, [targets, flat]() mutable { unflatten(flat, targets); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                  const c10d::AllgatherOptions& opts) {
+  Call call = begin("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  checkSameDtype(call.ctx, output, input);
+  if (output.numel() != input.numel() * size_) {
+    throwValueError(call.ctx, "output has " + std::to_string(output.numel()) + " elements, expected " +
+                                  std::to_string(input.numel() * size_) + " (world size x input elements)");
+  }
+  at::Tensor src = asParts(input).contiguous();
+  Staged st = stage(asParts(output));
+  CollArgs a = argsFor(call, Collective::AllGather);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  a.buf = st.buf.data_ptr();
+  a.input = src.data_ptr();
+  a.count = size_t(src.numel());
+  return submit(call, a, {input, src, output, st.buf}, {output}, std::move(st.publish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  Call call = begin("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  if (inputs.empty() || inputs.size() != outputs.size()) {
+    throwValueError(call.ctx, std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
+                                  " outputs; expected as many outputs as inputs, at least one");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkSameDtype(call.ctx, outputs[i], inputs[0]);
+    checkSameDtype(call.ctx, outputs[i], inputs[i]);
+    if (outputs[i].numel() != inputs[i].numel() * size_) {
+      throwValueError(call.ctx, "output " + std::to_string(i) + " has " + std::to_string(outputs[i].numel()) +
+                                    " elements, expected " + std::to_string(inputs[i].numel() * size_));
+    }
+  }
+  at::Tensor src = flatCat(inputs);
+  at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
+  CollArgs a = argsFor(call, Collective::AllGather);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  a.buf = flat.data_ptr();
+  a.input = src.data_ptr();
+  a.count = size_t(src.numel());
+  // Rank q's block of `flat` is every input of rank q, back to back.
+  auto publish = [outs = outputs, flat, n = size_, block = src.numel()]() mutable {
+    int64_t off = 0;
+    for (auto& o : outs) {
+      at::Tensor parts = asParts(o).reshape({n, -1});
+      const int64_t len = parts.size(1);
+      parts.copy_(flat.view({n, block}).narrow(1, off, len));
+      off += len;
+    }
+  };
+  std::vector<at::Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  keep.insert(keep.end(), {src, flat});
+  return submit(call, a, keep, outputs, std::move(publish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::GatherOptions& opts) {
+  Call call = begin("gather", c10d::OpType::GATHER, opts.timeout);
+  const at::Tensor& in = singleTensor(call.ctx, inputs);
+  checkRoot(call.ctx, opts.rootRank);
+  const bool isRoot = rank_ == opts.rootRank;
+  if (isRoot) {
+    if (outputs.size() != 1) throwValueError(call.ctx, "the root expects one output list");
+    checkListLength(call.ctx, outputs[0].size(), "output");
+    for (size_t i = 0; i < outputs[0].size(); ++i) {
+      checkSameType(call.ctx, in, outputs[0][i], "output tensor " + std::to_string(i));
+    }
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an output list");
+  }
+  at::Tensor src = asParts(in).contiguous();
+  at::Tensor flat = isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options()) : at::Tensor();
+  CollArgs a = argsFor(call, Collective::Gather);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  a.input = src.data_ptr();
+  a.buf = isRoot ? flat.data_ptr() : nullptr;
+  a.count = size_t(src.numel());
+  a.root = int(opts.rootRank);
+  std::vector<at::Tensor> targets = isRoot ? outputs[0] : std::vector<at::Tensor>{};
+  std::vector<at::Tensor> keep = targets;
+  keep.insert(keep.end(), {in, src});
+  if (isRoot) keep.push_back(flat);
+  std::function<void()> publish;
+  if (isRoot) publish = [targets, flat]() mutable { unflatten(flat, targets); };
+  return submit(call, a, keep, targets, std::move(publish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ScatterOptions& opts) {
+  Call call = begin("scatter", c10d::OpType::SCATTER, opts.timeout);
+  const at::Tensor& out = singleTensor(call.ctx, outputs);
+  checkRoot(call.ctx, opts.rootRank);
+  const bool isRoot = rank_ == opts.rootRank;
+  at::Tensor flat;
+  if (isRoot) {
+    if (inputs.size() != 1) throwValueError(call.ctx, "the root expects one input list");
+    checkListLength(call.ctx, inputs[0].size(), "input");
+    for (size_t i = 0; i < inputs[0].size(); ++i) {
+      checkSameType(call.ctx, out, inputs[0][i], "input tensor " + std::to_string(i));
+    }
+    flat = flatCat(inputs[0]);
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an input list");
+  }
+  Staged st = stage(asParts(out));
+  CollArgs a = argsFor(call, Collective::Scatter);
+  a.dtype = toDType(call.ctx, st.buf.scalar_type());
+  a.input = isRoot ? flat.data_ptr() : nullptr;
+  a.buf = st.buf.data_ptr();
+  a.count = size_t(st.buf.numel());
+  a.root = int(opts.rootRank);
+  std::vector<at::Tensor> keep{out, st.buf};
+  if (isRoot) {
+    keep.insert(keep.end(), inputs[0].begin(), inputs[0].end());
+    keep.push_back(flat);
+  }
+  return submit(call, a, keep, {out}, std::move(st.publish));
+}
+
+// Splits count rows of dim 0; a row is every element of the other dims.
+CollArgs ProcessGroupRingx::allToAllArgs(const Call& call, const at::Tensor& src, const at::Tensor& dst,
+                                         const std::vector<int64_t>& outputSplitSizes,
+                                         const std::vector<int64_t>& inputSplitSizes) const {
+  auto layout = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which,
+                    std::vector<size_t>& bytes, std::vector<size_t>& offsets) {
+    const int64_t rows = t.dim() ? t.size(0) : 1;
+    const int64_t rowElems = rows ? t.numel() / rows : 0;
+    const size_t rowBytes = size_t(rowElems) * t.element_size();
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      if (rows % size_) {
+        throwValueError(call.ctx, std::string(which) + " has " + std::to_string(rows) +
+                                      " rows, which do not split evenly over " + std::to_string(size_) +
+                                      " ranks; pass split sizes");
+      }
+      s.assign(size_, rows / size_);
+    }
+    if (int(s.size()) != size_) {
+      throwValueError(call.ctx, std::string(which) + " split sizes have " + std::to_string(s.size()) +
+                                    " entries, expected " + std::to_string(size_) + " (one per rank)");
+    }
+    for (int64_t v : s) {
+      if (v < 0) throwValueError(call.ctx, std::string(which) + " split sizes must not be negative");
+    }
+    const int64_t total = std::accumulate(s.begin(), s.end(), int64_t{0});
+    if (total != rows) {
+      throwValueError(call.ctx, std::string(which) + " split sizes add up to " + std::to_string(total) +
+                                    " but the tensor has " + std::to_string(rows) + " rows in dim 0");
+    }
+    size_t off = 0;
+    for (int64_t v : s) {
+      offsets.push_back(off);
+      bytes.push_back(size_t(v) * rowBytes);
+      off += size_t(v) * rowBytes;
+    }
+  };
+  CollArgs a = argsFor(call, Collective::AllToAll);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  layout(src, inputSplitSizes, "input", a.sendBytes, a.sendOffsets);
+  layout(dst, outputSplitSizes, "output", a.recvBytes, a.recvOffsets);
+  if (a.sendBytes[rank_] != a.recvBytes[rank_]) {
+    throwValueError(call.ctx, "this rank sends itself " + std::to_string(a.sendBytes[rank_]) +
+                                  " bytes but expects to receive " + std::to_string(a.recvBytes[rank_]));
+  }
+  a.input = src.data_ptr();
+  a.buf = dst.data_ptr();
+  a.count = size_t(src.numel());
+  return a;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                std::vector<int64_t>& outputSplitSizes,
+                                                                std::vector<int64_t>& inputSplitSizes,
+                                                                const c10d::AllToAllOptions& opts) {
+  Call call = begin("all_to_all_single", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  checkSameDtype(call.ctx, output, input);
+  at::Tensor src = asParts(input).contiguous();
+  Staged st = stage(asParts(output));
+  CollArgs a = allToAllArgs(call, src, st.buf, outputSplitSizes, inputSplitSizes);
+  return submit(call, a, {input, src, output, st.buf}, {output}, std::move(st.publish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions& opts) {
+  Call call = begin("all_to_all", c10d::OpType::ALLTOALL, opts.timeout);
+  checkListLength(call.ctx, inputs.size(), "input");
+  checkListLength(call.ctx, outputs.size(), "output");
+  for (int i = 0; i < size_; ++i) {
+    checkSameDtype(call.ctx, outputs[i], inputs[0]);
+    checkSameDtype(call.ctx, inputs[i], inputs[0]);
+  }
+  // One flat buffer each way, one split (in elements) per tensor.
+  at::Tensor in = flatCat(inputs);
+  std::vector<int64_t> inSplits, outSplits;
+  for (const auto& t : inputs) inSplits.push_back(asParts(t).numel());
+  for (const auto& t : outputs) outSplits.push_back(asParts(t).numel());
+  at::Tensor out = at::empty({std::accumulate(outSplits.begin(), outSplits.end(), int64_t{0})}, in.options());
+  CollArgs a = allToAllArgs(call, in, out, outSplits, inSplits);
+  std::vector<at::Tensor> targets = outputs;
+  std::vector<at::Tensor> keep = inputs;
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  keep.insert(keep.end(), {in, out});
+  return submit(call, a, keep, outputs, [targets, out]() mutable { unflatten(out, targets); });
+}
+
+}  // namespace ringx

@@ -1,0 +1,161 @@
+// reduce, reduce_scatter, all_to_all, gather, scatter and barrier schedules
+// over the in-process transport, against closed-form answers.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "core/transport/loopback/loopback_transport.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::unique_ptr<Communicator>> makeWorld(int size) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  CommOptions opts;
+  opts.timeout = 20s;
+  for (auto& t : makeLoopbackWorld(size).transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  return comms;
+}
+
+double value(int rank, size_t i) { return double(rank * 100 + int(i % 37)); }
+
+}  // namespace
+
+TEST_CASE("reduce leaves the sum on the root and the inputs elsewhere untouched, from every root") {
+  auto size = GENERATE(1, 2, 3, 5, 8);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{13}, size_t{20001});
+  CAPTURE(size, count);
+  auto comms = makeWorld(size);
+  for (int root = 0; root < size; ++root) {
+    onEachRank(size, [&](int r) {
+      std::vector<double> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i);
+      CollArgs a{Collective::Reduce, r, size, uint64_t(root)};
+      a.dtype = DType::F64;
+      a.buf = buf.data();
+      a.count = count;
+      a.root = root;
+      a.segmentBytes = 4096;
+      REQUIRE_FALSE(runOp(*comms[r], "reduce", root, buildReduceBinomial(a)));
+      for (size_t i = 0; i < count; ++i) {
+        double want = value(r, i);
+        if (r == root) {
+          want = 0;
+          for (int q = 0; q < size; ++q) want += value(q, i);
+        }
+        REQUIRE(buf[i] == want);
+      }
+    });
+  }
+}
+
+TEST_CASE("reduce_scatter gives rank r block r of the sum, averaged when asked") {
+  auto size = GENERATE(1, 2, 3, 4, 7);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{13}, size_t{9001});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Avg);
+  CAPTURE(size, count, reduceOpName(op));
+  auto comms = makeWorld(size);
+  onEachRank(size, [&](int r) {
+    std::vector<double> in(count * size), out(count, -1);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+    const auto before = in;
+    CollArgs a{Collective::ReduceScatter, r, size, 1};
+    a.dtype = DType::F64;
+    a.op = op;
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = count;
+    a.segmentBytes = 2048;
+    REQUIRE_FALSE(runOp(*comms[r], "reduce_scatter", 1, buildReduceScatterRing(a)));
+    REQUIRE(in == before);
+    for (size_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int q = 0; q < size; ++q) want += value(q, r * count + i);
+      if (op == ReduceOp::Avg) want /= size;
+      REQUIRE(out[i] == Approx(want));
+    }
+  });
+}
+
+TEST_CASE("all_to_all with uneven and empty blocks delivers each block to its rank") {
+  auto size = GENERATE(1, 2, 3, 5);
+  CAPTURE(size);
+  auto comms = makeWorld(size);
+  // Rank s sends (s + d) % 3 elements to rank d, each equal to s * 1000 + d.
+  auto len = [](int s, int d) { return size_t((s + d) % 3); };
+  onEachRank(size, [&](int r) {
+    CollArgs a{Collective::AllToAll, r, size, 2};
+    a.dtype = DType::I32;
+    std::vector<int32_t> in, out;
+    for (int d = 0; d < size; ++d) {
+      a.sendOffsets.push_back(in.size() * 4);
+      a.sendBytes.push_back(len(r, d) * 4);
+      in.insert(in.end(), len(r, d), r * 1000 + d);
+    }
+    size_t total = 0;
+    for (int s = 0; s < size; ++s) {
+      a.recvOffsets.push_back(total * 4);
+      a.recvBytes.push_back(len(s, r) * 4);
+      total += len(s, r);
+    }
+    out.assign(total, -1);
+    a.input = in.data();
+    a.buf = out.data();
+    REQUIRE_FALSE(runOp(*comms[r], "all_to_all", 2, buildAllToAllPairwise(a)));
+    size_t at = 0;
+    for (int s = 0; s < size; ++s) {
+      for (size_t k = 0; k < len(s, r); ++k) REQUIRE(out[at++] == s * 1000 + r);
+    }
+  });
+}
+
+TEST_CASE("gather collects every rank's block on the root and scatter hands them back, from every root") {
+  auto size = GENERATE(1, 2, 3, 6, 8);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{17});
+  CAPTURE(size, count);
+  auto comms = makeWorld(size);
+  for (int root = 0; root < size; ++root) {
+    onEachRank(size, [&](int r) {
+      std::vector<int64_t> mine(count), all(count * size, -1), back(count, -1);
+      for (size_t i = 0; i < count; ++i) mine[i] = r * 1000 + int64_t(i);
+      CollArgs g{Collective::Gather, r, size, uint64_t(2 * root)};
+      g.dtype = DType::I64;
+      g.input = mine.data();
+      g.buf = all.data();
+      g.count = count;
+      g.root = root;
+      REQUIRE_FALSE(runOp(*comms[r], "gather", g.seq, buildGatherBinomial(g)));
+      if (r == root) {
+        for (int q = 0; q < size; ++q) {
+          for (size_t i = 0; i < count; ++i) REQUIRE(all[q * count + i] == q * 1000 + int64_t(i));
+        }
+      }
+      CollArgs s{Collective::Scatter, r, size, uint64_t(2 * root + 1)};
+      s.dtype = DType::I64;
+      s.input = all.data();
+      s.buf = back.data();
+      s.count = count;
+      s.root = root;
+      REQUIRE_FALSE(runOp(*comms[r], "scatter", s.seq, buildScatterBinomial(s)));
+      REQUIRE(back == mine);
+    });
+  }
+}
+
+TEST_CASE("dissemination barrier holds every rank until the last one arrives") {
+  auto size = GENERATE(1, 2, 3, 7);
+  CAPTURE(size);
+  auto comms = makeWorld(size);
+  std::atomic<int> arrived{0};
+  onEachRank(size, [&](int r) {
+    if (r == size - 1) std::this_thread::sleep_for(100ms);
+    arrived++;
+    CollArgs a{Collective::Barrier, r, size, 5};
+    REQUIRE_FALSE(runOp(*comms[r], "barrier", 5, buildBarrierDissemination(a)));
+    REQUIRE(arrived.load() == size);
+  });
+}
