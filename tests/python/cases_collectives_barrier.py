@@ -10,21 +10,23 @@ import refs
 
 
 def barrier_waits_for_late_rank(late_rank, delay_s, repeats):
-    """`late_rank` sleeps delay_s before each barrier; every rank measures how long the
-    barrier kept it.  Also runs an async barrier.  {"waited": [seconds], "async": bool}."""
+    """`late_rank` sleeps delay_s before each barrier.  Every rank records, on the
+    system-wide monotonic clock, when it entered and left each barrier; no rank may leave
+    a barrier before the late rank entered it.  Also runs an async barrier.
+    {"enter": [t], "leave": [t], "async": bool}."""
     rank = dist.get_rank()
 
     def run(_):
-        waited = []
+        enter, leave = [], []
         for _ in range(repeats):
             if rank == late_rank:
                 time.sleep(delay_s)
-            t0 = time.monotonic()
+            enter.append(time.monotonic())
             dist.barrier()
-            waited.append(time.monotonic() - t0)
+            leave.append(time.monotonic())
         w = dist.barrier(async_op=True)
         ok = w.wait()
-        return {"waited": waited, "async": ok is not False and w.is_completed()}
+        return {"enter": enter, "leave": leave, "async": ok is not False and w.is_completed()}
 
     res = refs.run_until_error(["barrier"], run)
     return res.get("barrier", res)

@@ -314,6 +314,7 @@ void Communicator::sleepUntilWork() {
 
 void Communicator::progressLoop() {
   auto idleSince = Clock::now();
+  auto nextPeerCheck = Clock::now();
   for (;;) {
     if (stopping_) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -326,6 +327,10 @@ void Communicator::progressLoop() {
     for (auto& a : active_) did |= runReady(*a);
     did |= reapFinished();
     checkDeadlines();
+    if (!active_.empty() && Clock::now() >= nextPeerCheck) {
+      transport_->checkPeers();
+      nextPeerCheck = Clock::now() + std::chrono::milliseconds(100);
+    }
     if (did) {
       idleSince = Clock::now();
       continue;

@@ -70,6 +70,11 @@ class Transport {
   virtual int eventFd() const = 0;
   virtual bool arm() = 0;
 
+  // Looks for peers that died without the transport noticing (shared-memory
+  // peers give no signal) and fails their transfers. Called now and then by
+  // the engine while operations are pending.
+  virtual void checkPeers() {}
+
   // Peers whose connection failed, or -1 if none.
   virtual int firstFailedPeer() const = 0;
 };

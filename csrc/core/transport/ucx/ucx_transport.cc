@@ -2,7 +2,13 @@
 
 #include <ucp/api/ucp.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <deque>
 #include <unordered_map>
 #include <utility>
@@ -16,6 +22,66 @@ void check(ucs_status_t st, const char* what) {
   if (st != UCS_OK) {
     throw Error(ErrorKind::Internal, std::string("ringx: UCX ") + what + " failed: " + ucs_status_string(st));
   }
+}
+
+// What a rank publishes about itself: where it runs, its pid there, and its
+// worker address.
+struct PeerCard {
+  std::string host;
+  int pid = 0;
+  std::vector<uint8_t> address;
+
+  std::vector<uint8_t> encode() const {
+    std::vector<uint8_t> out(sizeof(uint32_t) + host.size() + sizeof(int32_t));
+    uint32_t len = uint32_t(host.size());
+    int32_t p = pid;
+    std::memcpy(out.data(), &len, sizeof(len));
+    std::memcpy(out.data() + sizeof(len), host.data(), host.size());
+    std::memcpy(out.data() + sizeof(len) + host.size(), &p, sizeof(p));
+    out.insert(out.end(), address.begin(), address.end());
+    return out;
+  }
+
+  static PeerCard decode(const std::vector<uint8_t>& in) {
+    PeerCard c;
+    uint32_t len = 0;
+    int32_t p = 0;
+    if (in.size() < sizeof(len)) throw Error(ErrorKind::Internal, "ringx: malformed peer address in the store");
+    std::memcpy(&len, in.data(), sizeof(len));
+    if (in.size() < sizeof(len) + len + sizeof(p)) {
+      throw Error(ErrorKind::Internal, "ringx: malformed peer address in the store");
+    }
+    c.host.assign(reinterpret_cast<const char*>(in.data()) + sizeof(len), len);
+    std::memcpy(&p, in.data() + sizeof(len) + len, sizeof(p));
+    c.pid = p;
+    c.address.assign(in.begin() + sizeof(len) + len + sizeof(p), in.end());
+    return c;
+  }
+};
+
+std::string readFirstLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// Two ranks share memory and pids only on one kernel boot and in one pid
+// namespace; hostnames alone would also match across containers.
+std::string hostIdentity() {
+  char pidns[64] = {0};
+  ssize_t n = ::readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+  return readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + (n > 0 ? std::string(pidns, size_t(n)) : "");
+}
+
+// Dead, or a zombie nobody has reaped yet.
+bool processAlive(int pid) {
+  std::string stat = readFirstLine(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  if (stat.empty()) return ::kill(pid, 0) == 0 || errno == EPERM;
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return true;
+  char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace
@@ -45,21 +111,31 @@ class UcxTransport final : public Transport {
     ucp_address_t* addr = nullptr;
     size_t addrLen = 0;
     check(ucp_worker_get_address(worker_, &addr, &addrLen), "worker_get_address");
-    std::vector<uint8_t> mine(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addrLen);
+    PeerCard mine{hostIdentity(), int(::getpid()),
+                  std::vector<uint8_t>(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addrLen)};
     ucp_worker_release_address(worker_, addr);
-    store.set(opts.keyPrefix + "/addr/" + std::to_string(rank_), mine);
+    store.set(opts.keyPrefix + "/addr/" + std::to_string(rank_), mine.encode());
 
     eps_.assign(size_, nullptr);
     failed_.assign(size_, false);
+    peerMode_.assign(size_, true);
+    localPid_.assign(size_, 0);
     peerArgs_.resize(size_);
     for (int p = 0; p < size_; ++p) {
-      std::vector<uint8_t> theirs = p == rank_ ? mine : store.get(opts.keyPrefix + "/addr/" + std::to_string(p));
+      PeerCard theirs = p == rank_ ? mine : PeerCard::decode(store.get(opts.keyPrefix + "/addr/" + std::to_string(p)));
+      // Peers on this host talk over shared memory, which UCX offers only
+      // without peer-failure handling; their liveness is checked by pid
+      // instead (checkPeers). Other hosts keep UCX's own detection.
+      if (theirs.host == mine.host) {
+        peerMode_[p] = false;
+        localPid_[p] = theirs.pid;
+      }
       peerArgs_[p] = {this, p};
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.address.data());
+      ep.err_mode = peerMode_[p] ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       ep.err_handler.cb = &UcxTransport::onEpError;
       ep.err_handler.arg = &peerArgs_[p];
       check(ucp_ep_create(worker_, &ep, &eps_[p]), "ep_create");
@@ -72,18 +148,23 @@ class UcxTransport final : public Transport {
       pending->done = nullptr;
       if (pending->request) ucp_request_cancel(worker_, pending->request);
     }
+    // Force-closing needs peer-failure mode; shared-memory endpoints are
+    // flushed instead, for a bounded time in case the peer is gone.
     std::vector<void*> closing;
-    for (auto ep : eps_) {
-      if (!ep) continue;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* req = ucp_ep_close_nbx(ep, &p);
+    for (int p = 0; p < size_; ++p) {
+      if (!eps_[p]) continue;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = peerMode_[p] || failed_[p] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      void* req = ucp_ep_close_nbx(eps_[p], &param);
       if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
     }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (void* req : closing) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(req);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
     }
     while (ucp_worker_progress(worker_) != 0) {
     }
@@ -151,6 +232,12 @@ class UcxTransport final : public Transport {
     if (!deferred_.empty()) return false;
     ucs_status_t st = ucp_worker_arm(worker_);
     return st == UCS_OK;
+  }
+
+  void checkPeers() override {
+    for (int p = 0; p < size_; ++p) {
+      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) peerFailed(p);
+    }
   }
 
   int firstFailedPeer() const override {
@@ -269,7 +356,8 @@ class UcxTransport final : public Transport {
   }
 
   // UCX fails sends on a broken endpoint by itself, but tag receives are not
-  // tied to an endpoint: cancel the ones that wait on the dead peer.
+  // tied to an endpoint: cancel the ones that wait on the dead peer. Receives
+  // from any source wait on all peers and are left to the timeout.
   void peerFailed(int peer) {
     failed_[peer] = true;
     for (auto& [id, p] : pending_) {
@@ -287,6 +375,8 @@ class UcxTransport final : public Transport {
   int efd_ = -1;
   std::vector<ucp_ep_h> eps_;
   std::vector<bool> failed_;
+  std::vector<bool> peerMode_;
+  std::vector<int> localPid_;
   std::vector<PeerArg> peerArgs_;
   std::unordered_map<TransferId, Pending*> pending_;
   std::deque<std::pair<Pending*, TransferResult>> deferred_;
