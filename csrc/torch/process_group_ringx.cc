@@ -54,6 +54,12 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   copts.timeout = timeout;
   copts.spin = std::chrono::microseconds(envPositive("RINGX_SPIN_US", 50));
   try {
+    const char* useShm = std::getenv("RINGX_SHM");
+    if (!useShm || std::string(useShm) != "0") {
+      // Slots hold whole elements of any dtype and start cache-line aligned.
+      const size_t slot = std::max<size_t>(4096, envPositive("RINGX_SHM_BYTES", 4 << 20) / 64 * 64);
+      shm_ = ShmArea::create(adapter, "ringx/" + std::to_string(generation), rank, size, slot);
+    }
     comm_ = std::make_unique<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
   } catch (const Error& e) {
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
@@ -93,6 +99,7 @@ ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
   CollArgs a(coll, rank_, size_, call.ctx.seq);
   a.segmentBytes = segmentBytesFromEnv();
+  a.shm = shm_.get();
   return a;
 }
 

@@ -28,6 +28,7 @@
 
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
+#include "core/transport/shm/shm_area.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
 
@@ -121,6 +122,8 @@ class ProcessGroupRingx : public c10d::Backend {
                         const std::vector<int64_t>& inputSplitSizes) const;
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
 
+  // Declared before comm_ so that it outlives the progress thread.
+  std::unique_ptr<ShmArea> shm_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   uint64_t seq_ = 0;

@@ -10,6 +10,8 @@
 
 namespace ringx {
 
+class ShmArea;
+
 enum class Collective : uint8_t {
   AllReduce,
   Broadcast,
@@ -60,6 +62,8 @@ struct CollArgs {
   std::vector<size_t> sendBytes, sendOffsets, recvBytes, recvOffsets;
   int root = 0;
   size_t segmentBytes = 256 * 1024;
+  // Memory shared by all ranks when they are on one host; null otherwise.
+  ShmArea* shm = nullptr;
 
   size_t bytes() const { return count * dtypeSize(dtype); }
 };

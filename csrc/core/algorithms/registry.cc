@@ -7,6 +7,7 @@ namespace ringx {
 namespace {
 
 bool always(const CollArgs&) { return true; }
+bool sharedMemory(const CollArgs& a) { return a.shm != nullptr; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,
@@ -16,6 +17,9 @@ constexpr std::array kAlgorithms{
               "log2(n) rounds of whole-buffer exchange with a partner; latency-optimal for small messages",
               "any world size (non-powers of two fold the extra ranks in first)", &always,
               &buildAllReduceRecursiveDoubling},
+    Algorithm{"shm", Collective::AllReduce,
+              "two-shot through shared memory: copy in, fused n-way reduce of 1/n per rank, copy out",
+              "all ranks on one host", &sharedMemory, &buildAllReduceShm},
     Algorithm{"binomial", Collective::Broadcast, "pipelined binomial tree from the root", "any root",
               &always, &buildBroadcastBinomial},
     Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",

@@ -28,6 +28,7 @@ std::string algorithmNames(Collective coll);
 // Builders, one per file (<coll>_<alg>.cc).
 Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
+Schedule buildAllReduceShm(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);
 Schedule buildReduceBinomial(const CollArgs& a);

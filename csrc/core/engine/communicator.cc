@@ -20,6 +20,7 @@ struct Communicator::Active {
   std::vector<uint32_t> remaining;
   std::deque<StepId> ready;
   std::unordered_map<StepId, TransferId> inflight;
+  std::vector<StepId> polling;
   size_t stepsDone = 0;
   Clock::time_point deadline;
   ReduceFn reduce = nullptr;
@@ -160,8 +161,29 @@ bool Communicator::runReady(Active& a) {
         scale(s.dst, s.bytes / dtypeSize(a.op->schedule.dtype()), a.op->schedule.dtype(),
               a.op->schedule.scaleFactor());
         break;
+      case StepKind::Poll:
+        if (!a.op->schedule.runPoll(s)) {
+          a.polling.push_back(id);
+          continue;
+        }
+        break;
     }
     stepDone(a, id);
+  }
+  return did;
+}
+
+bool Communicator::runPolls(Active& a) {
+  bool did = false;
+  for (size_t i = 0; i < a.polling.size() && !a.ended;) {
+    StepId id = a.polling[i];
+    if (a.op->schedule.runPoll(a.op->schedule.steps()[id])) {
+      a.polling.erase(a.polling.begin() + long(i));
+      stepDone(a, id);
+      did = true;
+    } else {
+      ++i;
+    }
   }
   return did;
 }
@@ -260,6 +282,7 @@ std::vector<int> Communicator::awaitedPeers(const Active& a) const {
 
 std::string Communicator::describeAwaited(const Active& a) const {
   std::vector<int> peers = awaitedPeers(a);
+  if (peers.empty() && !a.polling.empty()) return "waiting in shared memory for peers to reach the same step";
   if (peers.empty()) return "no transfer in flight";
   std::string list;
   for (int p : peers) {
@@ -324,7 +347,12 @@ void Communicator::progressLoop() {
     }
     bool did = startSubmitted();
     did |= transport_->progress();
-    for (auto& a : active_) did |= runReady(*a);
+    bool polling = false;
+    for (auto& a : active_) {
+      did |= runPolls(*a);
+      did |= runReady(*a);
+      polling |= !a->ended && !a->polling.empty();
+    }
     did |= reapFinished();
     checkDeadlines();
     if (!active_.empty() && Clock::now() >= nextPeerCheck) {
@@ -335,7 +363,8 @@ void Communicator::progressLoop() {
       idleSince = Clock::now();
       continue;
     }
-    if (Clock::now() - idleSince < options_.spin) {
+    // Waiting on peers in shared memory gives no event to sleep on.
+    if (polling || Clock::now() - idleSince < options_.spin) {
       std::this_thread::yield();
       continue;
     }

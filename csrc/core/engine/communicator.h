@@ -64,6 +64,7 @@ class Communicator {
   void progressLoop();
   bool startSubmitted();
   bool runReady(Active& a);
+  bool runPolls(Active& a);
   void post(Active& a, StepId id);
   void stepDone(Active& a, StepId id);
   void fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited = {});

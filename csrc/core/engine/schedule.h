@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -21,11 +22,13 @@ namespace ringx {
 using StepId = uint32_t;
 inline constexpr StepId kNoStep = ~StepId{0};
 
-enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale };
+// Poll steps run a non-blocking predicate until it returns true: intra-host
+// algorithms wait on peers' counters in shared memory with them.
+enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale, Poll };
 
 struct Step {
   StepKind kind;
-  int peer = -1;              // Send/Recv
+  int peer = -1;              // Send/Recv; Poll: index of its predicate
   uint64_t tag = 0;           // Send/Recv, caller bits only
   void* dst = nullptr;        // Recv target; Reduce/Copy/Scale destination
   const void* src = nullptr;  // Send source; Reduce/Copy source
@@ -71,6 +74,12 @@ class Schedule {
     return add({StepKind::Scale, -1, 0, buf, nullptr, bytes}, deps);
   }
 
+  StepId poll(std::function<bool()> ready, std::initializer_list<StepId> deps = {}) {
+    polls_.push_back(std::move(ready));
+    return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
+  }
+  bool runPoll(const Step& step) const { return polls_[size_t(step.peer)](); }
+
   // Scratch memory owned by the schedule (receive slots, staging copies).
   std::byte* scratch(size_t bytes) {
     scratch_.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
@@ -97,6 +106,7 @@ class Schedule {
   std::vector<std::vector<StepId>> dependents_;
   std::vector<uint32_t> depCount_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
+  std::vector<std::function<bool()>> polls_;
 };
 
 }  // namespace ringx

@@ -21,6 +21,12 @@ struct Constants {
   double alphaUs = 8.0;
   double betaUsPerByte = 1.0 / 3300.0;
   double gammaUsPerByte = 1.0 / 5000.0;
+  // Shared memory: a counter hand-off between ranks (a cache line moving
+  // between cores, plus a yield when ranks outnumber cores), and one-core
+  // memcpy at about 10 GB/s. shmSlotBytes matches RINGX_SHM_BYTES' default.
+  double shmSyncUs = 1.0;
+  double copyUsPerByte = 1.0 / 10000.0;
+  double shmSlotBytes = 4 << 20;
 };
 constexpr Constants kCost{};
 
@@ -92,6 +98,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   if (alg.build == &buildAllReduceRing) {
     return 2 * (n - 1) * kCost.alphaUs + 2 * (n - 1) / n * N * kCost.betaUsPerByte +
            (n - 1) / n * N * kCost.gammaUsPerByte;
+  }
+  if (alg.build == &buildAllReduceShm) {
+    // Three counter hand-offs per slot-sized chunk; memory traffic of copy
+    // in, 1/n of an n-way reduce, and copy out.
+    const double chunks = std::max(1.0, std::ceil(N / double(kCost.shmSlotBytes)));
+    return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
     const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));

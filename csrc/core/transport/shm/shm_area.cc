@@ -1,0 +1,110 @@
+#include "core/transport/shm/shm_area.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "core/common/error.h"
+
+namespace ringx {
+
+namespace {
+
+constexpr size_t kControlBytes = 4096;
+
+std::string firstLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+std::string hostIdentity() {
+  char pidns[64] = {0};
+  ssize_t n = ::readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
+  return firstLine("/proc/sys/kernel/random/boot_id") + "/" + (n > 0 ? std::string(pidns, size_t(n)) : "");
+}
+
+std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
+std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ErrorKind::Internal, "ringx: shared memory: " + what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPrefix, int rank, int size,
+                                         size_t slotBytes) {
+  const std::string host = hostIdentity();
+  store.set(keyPrefix + "/host/" + std::to_string(rank), bytesOf(host));
+  bool local = true;
+  for (int p = 0; p < size; ++p) {
+    if (p != rank && stringOf(store.get(keyPrefix + "/host/" + std::to_string(p))) != host) local = false;
+  }
+  // Every rank reaches the same verdict from the same keys.
+  if (!local || size < 2) return nullptr;
+
+  std::unique_ptr<ShmArea> area(new ShmArea(rank, size, slotBytes));
+  area->mapBytes_ = kControlBytes + 2 * slotBytes;
+  std::random_device rd;
+  const std::string name = "/ringx-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
+                           std::to_string(rank);
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail("shm_open " + name);
+  if (::ftruncate(fd, off_t(area->mapBytes_)) != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    fail("ftruncate");
+  }
+  ::close(fd);
+  store.set(keyPrefix + "/shm/" + std::to_string(rank), bytesOf(name));
+
+  area->maps_.assign(size, nullptr);
+  for (int p = 0; p < size; ++p) {
+    const std::string peerName = p == rank ? name : stringOf(store.get(keyPrefix + "/shm/" + std::to_string(p)));
+    int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
+    if (pfd < 0) fail("shm_open " + peerName);
+    void* m = ::mmap(nullptr, area->mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    ::close(pfd);
+    if (m == MAP_FAILED) fail("mmap " + peerName);
+    area->maps_[p] = m;
+    auto* base = static_cast<std::byte*>(m);
+    area->counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
+    area->data_.push_back(base + kControlBytes);
+  }
+  // Once everyone has mapped every segment the names can go: nothing is left
+  // in /dev/shm even if a process dies later.
+  store.add(keyPrefix + "/shm-mapped", 1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (store.add(keyPrefix + "/shm-mapped", 0) < size) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(ErrorKind::Timeout, "ringx: shared memory: timed out waiting for peers to map their segments");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::shm_unlink(name.c_str());
+  return area;
+}
+
+ShmArea::~ShmArea() {
+  for (void* m : maps_) {
+    if (m) ::munmap(m, mapBytes_);
+  }
+}
+
+bool ShmArea::allReached(uint64_t value) const {
+  for (int p = 0; p < size_; ++p) {
+    if (counters_[p]->load(std::memory_order_acquire) < value) return false;
+  }
+  return true;
+}
+
+}  // namespace ringx

@@ -1,0 +1,62 @@
+// Memory that every rank of a single-host communicator can read directly:
+// each rank owns one POSIX shared-memory segment (a control block and two
+// data slots) and maps every peer's. Intra-host algorithms reduce straight
+// out of peers' slots instead of sending messages.
+//
+// Synchronisation is by monotonic counters, one per rank in its own cache
+// line, written with release and read with acquire; nothing on the hot path
+// makes a system call.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/store.h"
+
+namespace ringx {
+
+class ShmArea {
+ public:
+  // Collective over the ranks. Returns nullptr when the ranks are not all on
+  // this host (same kernel boot and pid namespace), so callers fall back to
+  // the network algorithms.
+  static std::unique_ptr<ShmArea> create(Store& store, const std::string& keyPrefix, int rank, int size,
+                                         size_t slotBytes);
+  ~ShmArea();
+  ShmArea(const ShmArea&) = delete;
+  ShmArea& operator=(const ShmArea&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+  std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
+  std::atomic<uint64_t>& counter(int rank) const { return *counters_[rank]; }
+  bool allReached(uint64_t value) const;
+
+  // Chunks are numbered across all ops that use the area, in submission
+  // order, so every rank agrees on each chunk's slot and counter values.
+  uint64_t reserveChunks(uint64_t n) { return nextChunk_.fetch_add(n); }
+  // The last chunk this rank has finished with, so the next op's first chunk
+  // waits for the previous op's last one.
+  std::atomic<uint64_t>& chunksDone() { return chunksDone_; }
+
+ private:
+  ShmArea(int rank, int size, size_t slotBytes) : rank_(rank), size_(size), slotBytes_(slotBytes) {}
+
+  int rank_;
+  int size_;
+  size_t slotBytes_;
+  size_t mapBytes_ = 0;
+  std::vector<void*> maps_;
+  std::vector<std::byte*> data_;
+  std::vector<std::atomic<uint64_t>*> counters_;
+  std::atomic<uint64_t> nextChunk_{1};
+  std::atomic<uint64_t> chunksDone_{0};
+};
+
+}  // namespace ringx
