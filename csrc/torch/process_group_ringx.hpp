@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <memory>
 
 #include "core/algorithms/coll_args.h"
@@ -126,8 +127,8 @@ class ProcessGroupRingx : public c10d::Backend {
   std::unique_ptr<ShmArea> shm_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
-  uint64_t seq_ = 0;
-  uint64_t p2pSeq_ = 0;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> p2pSeq_{0};
 };
 
 }  // namespace ringx
