@@ -301,7 +301,7 @@ def key_numbers(records, worlds, gloo_labels) -> list[str]:
             if rx.get("status") == "ok" and best:
                 ratio = f"  ratio ringx/gloo {rx['time_us'] / min(g['time_us'] for g in best):.3f}"
             out.append(f"#   w{n} {_human(s):>7}: " + ";  ".join(cells) + ratio)
-    return out
+    return out if len(out) > 1 else []
 
 
 # ----------------------------------------------------------------------- plot
@@ -355,3 +355,32 @@ def plot(records, meta, path) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def fits(records, worlds) -> list[str]:
+    """ringx's latency (median time of the sizes <= 64 B) and bandwidth (least-squares
+    slope of time against size over the sizes >= 1 MiB), per collective and world: the
+    raw material of the cost model's alpha and beta (docs/benchmarks.md)."""
+    pts = index(records)
+    out = ["# ringx fits: latency = median time of sizes <= 64 B; "
+           "bandwidth = 1 / slope of time over sizes >= 1 MiB (least squares)"]
+    for n in worlds:
+        for c in COLLS:
+            pts_c = sorted((s, p["ringx"]["time_us"]) for (w, cc, s), p in pts.items()
+                           if w == n and cc == c and p.get("ringx", {}).get("status") == "ok")
+            if not pts_c:
+                continue
+            small = sorted(t for s, t in pts_c if s <= 64)
+            big = [(s, t) for s, t in pts_c if s >= 1 << 20]
+            lat = f"{small[len(small) // 2]:.1f} us" if small else "-"
+            bw = "-"
+            if len(big) >= 2:
+                mx = sum(s for s, _ in big) / len(big)
+                my = sum(t for _, t in big) / len(big)
+                sxx = sum((s - mx) ** 2 for s, _ in big)
+                slope = sum((s - mx) * (t - my) for s, t in big) / sxx  # us per byte
+                icpt = my - slope * mx
+                bw = (f"{1 / slope / 1e3:.3f} GB/s of size (slope {slope * 1e6:.3f} us/MB, "
+                      f"intercept {icpt:.0f} us)") if slope > 0 else "slope <= 0 (too noisy)"
+            out.append(f"#   {SHORT[c]:>14} w{n}: latency {lat}; bandwidth {bw}")
+    return out

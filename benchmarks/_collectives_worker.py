@@ -65,6 +65,26 @@ def _set_pdeathsig():
         pass
 
 
+def _rss_mib() -> float:
+    """This rank's resident memory now (MiB), recorded with each point."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError):
+        return -1.0
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 1 << 62
+
+
 def _llc_bytes() -> int:
     best = 0
     base = "/sys/devices/system/cpu/cpu0/cache"
@@ -134,8 +154,9 @@ def measure_bound(args, n, rank):
 class Case:
     """Buffers, fill and check for one (collective, size) on this rank."""
 
-    def __init__(self, coll, count, dtype, n, rank, nbuf):
+    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0):
         self.coll, self.n, self.rank, self.dtype = coll, n, rank, dtype
+        self.root_arg = root  # broadcast root; -1: t % n, rotating
         seg = count // n if coll in SEGMENTED else count
         self.seg = seg
         rep = (seg + 6) // 7
@@ -157,6 +178,9 @@ class Case:
             self.nseg = n
         self.bytes_in = in_count * self.P.element_size()
 
+    def root(self, t):
+        return t % self.n if self.root_arg < 0 else self.root_arg % self.n
+
     def c(self, r, t):
         return (r + t) % 5 + 1
 
@@ -168,7 +192,7 @@ class Case:
         if self.coll == "all_reduce" or self.coll == "all_gather_into_tensor":
             torch.add(self.P, self.c(r, t), out=inp)
         elif self.coll == "broadcast":
-            if r == t % n:
+            if r == self.root(t):
                 torch.add(self.P, self.c(r, t), out=inp)
             else:
                 inp.fill_(-1 if self.dtype != torch.uint8 else 255)
@@ -186,7 +210,7 @@ class Case:
         if self.coll == "all_reduce":
             return [sum(self.c(k, t) for k in range(n))]
         if self.coll == "broadcast":
-            return [self.c(t % n, t)]
+            return [self.c(self.root(t), t)]
         if self.coll == "reduce_scatter_tensor":
             return [sum(self.c(k, t) for k in range(n)) + n * r]
         if self.coll == "all_gather_into_tensor":
@@ -213,7 +237,7 @@ class Case:
         if c == "all_reduce":
             dist.all_reduce(inp, group=group)
         elif c == "broadcast":
-            dist.broadcast(inp, group=group, group_src=t % self.n)
+            dist.broadcast(inp, group=group, group_src=self.root(t))
         elif c == "all_gather_into_tensor":
             _ALL_GATHER(self.outs[i], inp, group=group)
         elif c == "reduce_scatter_tensor":
@@ -250,12 +274,12 @@ def _agree_ok(ok: bool) -> bool:
     return bool(f.item())
 
 
-def probe(var, coll, dtype, n, rank):
+def probe(var, coll, dtype, n, rank, root):
     """'ok', 'unsupported' or 'error: ...' for one collective on one variant (all agree)."""
     status = "ok"
     try:
         var.enter()
-        case = Case(coll, n * 7, dtype, n, rank, 1)
+        case = Case(coll, n * 7, dtype, n, rank, 1, root)
         case.fill(0, 0)
         case.op(var.group, 0, 0)
     except Exception as e:  # noqa: BLE001 - reported as data
@@ -313,7 +337,8 @@ def run_point(args, var, case, nbuf, size, tcount, n):
         est = torch.tensor([sorted(wt[1:] or wt)[len(wt[1:] or wt) // 2]], dtype=torch.float64)
         dist.all_reduce(est, op=dist.ReduceOp.MAX)  # side channel: gloo default group
         iters = int(min(args.max_iters, max(args.min_iters, round(args.budget * 1e6 / max(est.item(), 1e-3)))))
-        wrong_iters = wrong_elems = 0  # warm-up results are checked but not counted
+        warm_wrong = wrong_iters  # warm-up results are checked too, and kept apart
+        wrong_iters = wrong_elems = 0
         times = batch(iters)
     finally:
         gc.enable()
@@ -321,13 +346,13 @@ def run_point(args, var, case, nbuf, size, tcount, n):
         tcount[0] = t_counter
     tt = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)  # per-iteration time of the slowest rank
-    wr = torch.tensor([wrong_iters, wrong_elems], dtype=torch.int64)
+    wr = torch.tensor([wrong_iters, wrong_elems, warm_wrong], dtype=torch.int64)
     dist.all_reduce(wr, op=dist.ReduceOp.SUM)
     q = torch.quantile(tt, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
     return {"status": "ok", "iters": iters, "warmup": warm, "buffers": nbuf,
             "time_us": q[1], "p10_us": q[0], "p90_us": q[2],
             "min_us": float(tt.min()), "max_us": float(tt.max()),
-            "wrong": int(wr[0]), "wrong_elems": int(wr[1])}
+            "wrong": int(wr[0]), "wrong_elems": int(wr[1]), "warmup_wrong": int(wr[2])}
 
 
 def main(args):
@@ -387,7 +412,7 @@ def main(args):
     tcount = [0]
     labels = [v.label for v in variants]
     for coll in args.colls:
-        status = {v.label: probe(v, coll, dtype, n, rank) for v in variants}
+        status = {v.label: probe(v, coll, dtype, n, rank, args.root) for v in variants}
         say("")
         for line in report.table_header(coll, n, args.dtype, labels, status):
             say(line)
@@ -405,13 +430,18 @@ def main(args):
             nbuf = max(1, min(args.max_buffers, math.ceil(args.rotate_mult * llc / max(per_rank, 1))))
             row = {}
             case = None
-            try:
-                case = Case(coll, count, dtype, n, rank, nbuf)
-            except RuntimeError as e:  # e.g. out of memory: skip this size for everyone
-                err = str(e).splitlines()[0]
-            ok = _agree_ok(case is not None)
-            if not ok:
-                say(f"# {coll} {nbytes} B: could not allocate buffers, skipped")
+            need = (nbuf + 2) * per_rank  # rotating buffers, the pattern and the check base
+            if need * n < 0.6 * _mem_available():
+                try:
+                    case = Case(coll, count, dtype, n, rank, nbuf, args.root)
+                except RuntimeError:  # allocation failed: skip this size for everyone
+                    pass
+            if not _agree_ok(case is not None):
+                say(f"  {nbytes:>10} {count:>10}  skipped: needs ~{need >> 20} MiB per rank, "
+                    f"more than this machine has free")
+                emit({"kind": "point", "world": n, "coll": coll, "size": nbytes, "count": count,
+                      "dtype": args.dtype, "backend": "*", "status": "skipped (memory)"})
+                case = None
                 continue
             for v in variants:
                 base = {"kind": "point", "world": n, "coll": coll, "backend": v.label,
@@ -436,6 +466,7 @@ def main(args):
                     algbw = nbytes / rec["time_us"] / 1e3  # GB/s
                     rec["algbw_GBps"] = algbw
                     rec["busbw_GBps"] = algbw * report.bus_factor(coll, n)
+                rec["rss_MiB"] = _rss_mib()
                 row[v.label] = rec
                 emit({**base, **rec})
             del case
@@ -450,3 +481,69 @@ def main(args):
     except Exception:  # noqa: BLE001
         pass
     os._exit(0)
+
+
+# ------------------------------------------------------------------- self-test
+
+
+def _emulate(coll, n, count, dtype, t, fault, root=-1):
+    """Every rank's check() result after an emulated call (torch arithmetic on all
+    inputs), optionally with a fault: 'elem' (one wrong element on rank 1), 'noop'
+    (the call did nothing), 'swap' (rank 0 got two segments swapped)."""
+    cases = [Case(coll, count, dtype, n, r, 1, root) for r in range(n)]
+    for c in cases:
+        c.fill(0, t)
+    ins = [c.ins[0].to(torch.float64) for c in cases]
+    seg = cases[0].seg
+    total = sum(ins)
+    for r, c in enumerate(cases):
+        if coll == "all_reduce":
+            res = total
+        elif coll == "broadcast":
+            res = ins[cases[0].root(t)]
+        elif coll == "all_gather_into_tensor":
+            res = torch.cat(ins)
+        elif coll == "reduce_scatter_tensor":
+            res = total[r * seg:(r + 1) * seg]
+        else:
+            res = torch.cat([ins[k][r * seg:(r + 1) * seg] for k in range(n)])
+        res = res.to(dtype).clone()
+        if fault == "elem" and r == 1:
+            res[-1] += 1
+        if fault == "swap" and r == 0:
+            res[:2 * seg] = torch.cat([res[seg:2 * seg], res[:seg]])
+        if fault != "noop":
+            c.result(0).copy_(res)
+    return [c.check(0, t) for c in cases]
+
+
+def self_test() -> int:
+    """The checker against emulated right and wrong results; returns the failures."""
+    failures = 0
+    for name, dt in DTYPES.items():
+        for coll in ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
+                     "all_to_all_single"):
+            for n in (2, 3, 4):
+                for t in range(6):
+                    cnt = 7 * n * 3
+                    faults = ["ok", "elem", "noop"] + (
+                        ["swap"] if coll in ("all_gather_into_tensor", "all_to_all_single") else [])
+                    root = -1 if t % 2 else 1  # rotating and fixed roots (broadcast)
+                    for f in faults:
+                        got = _emulate(coll, n, cnt, dt, t, f, root)
+                        broot = t % n if root < 0 else root % n
+                        if f == "ok":
+                            good = all(w == 0 for w in got)
+                        elif f == "elem":
+                            good = got[1] > 0
+                        elif f == "swap":
+                            good = got[0] > 0
+                        else:  # the root of a broadcast already holds its answer
+                            good = all(w > 0 for r, w in enumerate(got)
+                                       if not (coll == "broadcast" and r == broot))
+                        if not good:
+                            failures += 1
+                            print(f"self-test: {coll} {name} n={n} t={t} {f}: wrong elems {got}")
+    print(f"self-test: checker {'ok' if not failures else 'FAILED'} "
+          f"({len(DTYPES)} dtypes x 5 collectives x worlds 2-4, right and faulty results)")
+    return failures

@@ -58,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--step-factor", type=int, default=2, help="size multiplier between rows (default 2)")
     p.add_argument("--dtype", default="float32",
                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"])
+    p.add_argument("--root", type=int, default=0,
+                   help="broadcast root (default 0, as nccl-tests); -1 rotates it every iteration")
     p.add_argument("--backends", default="ringx,gloo", help="ringx,gloo (default both)")
     p.add_argument("--gloo-modes", default="auto", choices=["auto", "torchrun", "tcp", "both"],
                    help="gloo as torchrun launches it (LOCAL_WORLD_SIZE set), over TCP with the "
@@ -81,6 +83,10 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="output JSON (default bench-results/collectives-<time>.json)")
     p.add_argument("--plot", nargs="?", const="", default=None,
                    help="write a PNG (default: the JSON path with .png)")
+    p.add_argument("--fit", action="store_true",
+                   help="print ringx's latency and bandwidth fits (to re-measure the cost model)")
+    p.add_argument("--self-test", action="store_true",
+                   help="check the result checker against emulated right and wrong results, then exit")
     p.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_gloo-modes", dest="_gloo_modes", default="torchrun", help=argparse.SUPPRESS)
@@ -146,19 +152,27 @@ def machine() -> dict:
             info["mem_GiB"] = round(int(f.readline().split()[1]) / (1 << 20), 1)
     except OSError:
         pass
-    for mod in ("torch", "ringx"):
+    import importlib.metadata as md
+
+    for mod in ("torch", "ringx", "libucx-cu13"):
         try:
-            out = subprocess.run([sys.executable, "-c", f"import {mod}; print({mod}.__version__)"],
-                                 capture_output=True, text=True, timeout=120)
-            info[mod] = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
-        except Exception as e:  # noqa: BLE001
-            info[mod] = f"unknown ({e})"
+            info[mod] = md.version(mod)
+        except md.PackageNotFoundError:
+            info[mod] = "not installed"
     try:
         info["git"] = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True, timeout=10).stdout.strip()
     except Exception:  # noqa: BLE001
         pass
     return info
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def free_port() -> int:
@@ -259,6 +273,10 @@ def main():
 
         _collectives_worker.main(args)
         return 0
+    if args.self_test:
+        import _collectives_worker
+
+        return 1 if _collectives_worker.self_test() else 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     json_path = args.json or os.path.join(os.getcwd(), "bench-results", f"collectives-{stamp}.json")
@@ -272,10 +290,11 @@ def main():
     gloo_labels = [report.GLOO_LABELS[m] for m in modes] if "gloo" in args.backends else []
     mach = machine()
     meta = {"machine": f"{mach.get('cpu', '?')}, {mach.get('cpus')} cpus, {mach.get('mem_GiB', '?')} GiB; "
-                       f"torch {mach.get('torch')}, ringx {mach.get('ringx')} ({mach.get('git', '?')})",
+                       f"torch {mach.get('torch')}, ringx {mach.get('ringx')} (repo at {mach.get('git', '?')})",
             "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
-            "gloo_labels": gloo_labels, "argv": sys.argv[1:]}
+            "gloo_labels": gloo_labels, "argv": sys.argv[1:],
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
     print(f"# {meta['machine']}")
     print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
           f"({shm['evidence']})")
@@ -285,20 +304,26 @@ def main():
                 "gloo-tcp": "gloo with LOCAL_WORLD_SIZE unset (shared-memory path off: TCP)"}
         for lb in gloo_labels:
             print(f"#   {lb:8s} = {desc[lb]}")
+    if meta["env"]:
+        print("# environment: " + " ".join(f"{k}={v}" for k, v in meta["env"].items()))
     print("# time = median over iterations of the slowest rank's time; p10/p90 of the same; "
           "algbw = size/time; busbw = algbw * nccl-tests factor; GB = 1e9 B")
 
     records, errors = [], []
     with tempfile.TemporaryDirectory(prefix="ringx-bench-") as logdir:
         for n in args.worlds:
-            print(f"\n######## world {n} ########", flush=True)
+            print(f"\n######## world {n} ########   (load average {_loadavg()})", flush=True)
             t0 = time.time()
+            load = {"start": _loadavg()}
             recs, err = run_world(n, args, modes, logdir)
+            load["end"] = _loadavg()
+            meta.setdefault("load_average", {})[str(n)] = load
             records += recs
             if err:
                 errors.append(err)
                 print(f"# ERROR: {err}", flush=True)
-            print(f"# world {n}: {time.time() - t0:.0f} s", flush=True)
+            print(f"# world {n}: {time.time() - t0:.0f} s (load average now {load['end']}: "
+                  f"other work on this machine inflates times and spreads)", flush=True)
 
     print()
     for line in report.key_numbers(records, args.worlds, gloo_labels):
@@ -308,6 +333,10 @@ def main():
         for line in report.ratio_tables(records, args.worlds, args.colls, gloo_labels):
             print(line)
         for line in report.targets(records, meta):
+            print(line)
+    if args.fit:
+        print()
+        for line in report.fits(records, args.worlds):
             print(line)
     meta["errors"] = errors
     with open(json_path, "w") as f:

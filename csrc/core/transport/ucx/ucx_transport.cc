@@ -168,8 +168,11 @@ class UcxTransport final : public Transport {
     }
     while (ucp_worker_progress(worker_) != 0) {
     }
-    for (auto& [id, pending] : pending_) delete pending;
+    // Destroying the worker may still complete requests (sends to a dead
+    // peer never finish otherwise), whose callbacks erase their entries; only
+    // what is left after it is ours to free.
     ucp_worker_destroy(worker_);
+    for (auto& [id, pending] : pending_) delete pending;
     ucp_cleanup(context_);
   }
 
