@@ -101,7 +101,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_reduce_scatter_base(at::Tenso
   }
   ReduceOp op = toReduceOp(opts.reduceOp);
   at::Tensor src = asReducible(call.ctx, input, opts.reduceOp.op_).contiguous();
-  Staged st = stage(asParts(output));
+  // The ring writes the output while it still reads the input, so an output
+  // that is a view into the input (Megatron's in-place form) gets its own
+  // buffer first.
+  Staged st = output.is_alias_of(input) ? stageCopy(asParts(output)) : stage(asParts(output));
   CollArgs a = argsFor(call, Collective::ReduceScatter);
   a.dtype = reducibleType(call.ctx, src, op);
   a.op = op;

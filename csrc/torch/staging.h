@@ -25,6 +25,13 @@ inline Staged stage(const at::Tensor& t) {
   return {tmp, [target, tmp]() mutable { target.copy_(tmp); }};
 }
 
+// Always a separate buffer, for outputs that alias an input.
+inline Staged stageCopy(const at::Tensor& t) {
+  at::Tensor tmp = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor target = t;
+  return {tmp, [target, tmp]() mutable { target.copy_(tmp); }};
+}
+
 // Concatenates flattened tensors (same dtype) into one contiguous buffer.
 inline at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> flats;

@@ -247,7 +247,11 @@ void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std:
       first = true;
     }
   }
-  for (auto& [step, tid] : a.inflight) transport_->cancel(tid);
+  // A cancel may complete its transfer on the spot, and the completion
+  // erases from a.inflight: cancel from a copy.
+  std::vector<TransferId> pending;
+  for (auto& [step, tid] : a.inflight) pending.push_back(tid);
+  for (TransferId tid : pending) transport_->cancel(tid);
   if (a.op->onDone) a.op->onDone(&err);
   if (a.op->onCallbacks) {
     auto cb = std::move(a.op->onCallbacks);

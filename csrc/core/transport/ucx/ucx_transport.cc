@@ -144,10 +144,12 @@ class UcxTransport final : public Transport {
 
   ~UcxTransport() override {
     // Whoever posted these is gone: their completions must not run.
+    std::vector<void*> requests;
     for (auto& [id, pending] : pending_) {
       pending->done = nullptr;
-      if (pending->request) ucp_request_cancel(worker_, pending->request);
+      if (pending->request) requests.push_back(pending->request);
     }
+    for (void* req : requests) ucp_request_cancel(worker_, req);
     // Force-closing needs peer-failure mode; shared-memory endpoints are
     // flushed instead, for a bounded time in case the peer is gone.
     std::vector<void*> closing;
@@ -363,11 +365,14 @@ class UcxTransport final : public Transport {
   // from any source wait on all peers and are left to the timeout.
   void peerFailed(int peer) {
     failed_[peer] = true;
+    // Cancelling may complete (and erase) a request on the spot: collect first.
+    std::vector<Pending*> victims;
     for (auto& [id, p] : pending_) {
-      if (p->isRecv && p->peer == peer && p->request) {
-        p->peerClosed = true;
-        ucp_request_cancel(worker_, p->request);
-      }
+      if (p->isRecv && p->peer == peer && p->request) victims.push_back(p);
+    }
+    for (Pending* p : victims) {
+      p->peerClosed = true;
+      ucp_request_cancel(worker_, p->request);
     }
   }
 
