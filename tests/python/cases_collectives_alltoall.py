@@ -84,7 +84,8 @@ def all_to_all_list_variants(seed, dtype, variants):
         name = "list-" + variant
         inputs = [msg(seed, name, rank, dst, dtype, split(variant, rank, dst, ws, count))
                   for dst in range(ws)]
-        outputs = [refs.perturb(msg(seed, name, src, rank, dtype, split(variant, src, rank, ws, count)))
+        outputs = [refs.perturb(msg(seed, name, src, rank, dtype,
+                                    split(variant, src, rank, ws, count)))
                    for src in range(ws)]
         dist.all_to_all(outputs, inputs)
         return torch.cat(outputs)

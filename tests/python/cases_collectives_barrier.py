@@ -76,23 +76,31 @@ def monitored_barrier_missing(missing, timeout_s, wait_all_ranks, via):
              "seconds": time in the call, "sanity": all_reduce SUM of 1s afterwards}.
     """
     rank, ws = dist.get_rank(), dist.get_world_size()
+
+    def stage(what):  # shows in the harness's report if this rank dies or hangs
+        print(f"[monitored_barrier_missing] rank {rank}: {what}", flush=True)
+
     group = dist.new_group(list(range(ws)))
     out = {}
     t0 = time.monotonic()
     if rank in missing:
         out["outcome"] = "skipped"
     else:
+        stage("calling monitored_barrier")
         try:
             _monitored_barrier(group, timeout_s, wait_all_ranks, via)
             out["outcome"] = "returned"
         except Exception as e:  # noqa: BLE001 - inspected by the parent
             out["outcome"] = ("raised", type(e).__name__, str(e))
     out["seconds"] = time.monotonic() - t0
+    stage(f"monitored_barrier: {str(out['outcome'])[:80]}; destroying the subgroup")
     try:
         dist.destroy_process_group(group)
     except Exception as e:  # noqa: BLE001
         out["destroy"] = f"{type(e).__name__}: {e}"
+    stage("subgroup destroyed; all_reduce on the default group")
     t = torch.ones(1)
     dist.all_reduce(t)
+    stage("done")
     out["sanity"] = float(t.item())
     return out

@@ -71,13 +71,15 @@ def test_all_to_all_single_2d(worlds, ws):
         expected = torch.cat([cases.msg(SEED, "2d", src, r, "float32", rows * cols)
                               for src in range(ws)])
         msg = refs.compare(results[r]["2d"], expected, None,
-                           f"rank {r}: all_to_all_single [{ws * rows}, {cols}] world {ws}", "float32")
+                           f"rank {r}: all_to_all_single [{ws * rows}, {cols}] world {ws}",
+                           "float32")
         if msg:
             failures.append(msg)
     assert not failures, refs.report(failures)
 
 
-@pytest.mark.parametrize("ws,dtype", [p for p in _params() if p.values[1] in ("float32", "int64", "bool")])
+@pytest.mark.parametrize("ws,dtype", [p for p in _params()
+                                      if p.values[1] in ("float32", "int64", "bool")])
 def test_all_to_all_list(worlds, ws, dtype):
     variants = [("equal_explicit", 0), ("equal_explicit", 1), ("equal_explicit", 13)]
     # torch documents uneven list all_to_all (its example uses it) and ringx must do it;

@@ -27,8 +27,9 @@ def test_barrier_waits_for_late_rank(worlds, ws):
     for i, late_enter in enumerate(results[late]["enter"]):
         for r, res in enumerate(results):
             if res["leave"][i] < late_enter:
-                failures.append(f"rank {r}: barrier #{i} returned {late_enter - res['leave'][i]:.3f}"
-                                f" s before rank {late} entered it (world {ws})")
+                early = late_enter - res["leave"][i]
+                failures.append(f"rank {r}: barrier #{i} returned {early:.3f} s before rank "
+                                f"{late} entered it (world {ws})")
     for r, res in enumerate(results):
         if not res["async"]:
             failures.append(f"rank {r}: async barrier: wait() / is_completed() gave False")
@@ -68,10 +69,11 @@ def test_monitored_barrier_public_api(worlds, ws):
 
 
 def _names_rank(text, k):
-    """Whether `text` names rank k as a rank ("Rank 3 failed", "ranks 1, 3", "ranks [1, 3]")
+    """Whether `text` names rank k as a rank ("Rank 3 failed", "ranks 1, 3", "ranks [1, 3]",
+    "rank(s) 1 and 3")
     (the "(rank R, seq S)" prefix of ringx's messages names the reporter and does not count:
     after "rank R" must come more ranks, not ", seq")."""
-    pattern = rf"(?i)\branks?\s*[:=\[({{]?\s*(?:\d+\s*(?:,|and)\s*)*{k}\b(?!\s*,\s*seq)"
+    pattern = rf"(?i)\brank(?:s|\(s\))?\s*[:=\[({{]?\s*(?:\d+\s*(?:,|and)\s*)*{k}\b(?!\s*,\s*seq)"
     return re.search(pattern, text) is not None
 
 
@@ -104,6 +106,10 @@ def test_monitored_barrier_reports_missing_rank(worlds, ws, missing, wait_all):
                 if not set(want) <= set(named):
                     failures.append(f"{where}: rank 0's error should name rank(s) {want} as "
                                     f"missing: {tname}: {text!r}")
+                present = [k for k in range(1, ws) if k not in missing and _names_rank(text, k)]
+                if present:
+                    failures.append(f"{where}: rank 0's error names rank(s) {present}, which "
+                                    f"did arrive: {tname}: {text!r}")
                 if harness.BACKEND == "ringx" and ("ringx" not in text
                                                    or "monitored_barrier" not in text):
                     failures.append(f"{where}: error should name ringx and monitored_barrier: "

@@ -20,7 +20,8 @@ LARGE_COMBOS = {(3, "float32"), (4, "bfloat16"), (8, "float32")}
 # gloo rejects the stacked (world, count) output form of all_gather_single ("invalid
 # tensor size at index 0 (expected (1), got (1, 1))"); torch documents it and ringx must
 # accept it, so it is left out under gloo only.
-FORMS = tuple(f for f in cases.ALL_GATHER_FORMS if not (harness.BACKEND == "gloo" and f == "stacked"))
+FORMS = tuple(f for f in cases.ALL_GATHER_FORMS
+              if not (harness.BACKEND == "gloo" and f == "stacked"))
 
 
 def _params():

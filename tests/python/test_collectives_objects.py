@@ -19,8 +19,9 @@ def test_object_collectives(worlds, ws):
 
     def check(r, key, got, want):
         if got != want:
-            failures.append(f"rank {r}: {key[0]}" + (f" root {key[1]}" if key[1] is not None else "")
-                            + f" world {ws}: got {str(got)[:200]}, expected {str(want)[:200]}")
+            at_root = f" root {key[1]}" if key[1] is not None else ""
+            failures.append(f"rank {r}: {key[0]}{at_root} world {ws}: got {str(got)[:200]}, "
+                            f"expected {str(want)[:200]}")
 
     for r, res in enumerate(results):
         key = ("all_gather_object", None)
