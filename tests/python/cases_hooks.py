@@ -68,14 +68,14 @@ def _batches(seed, rank, steps):
     w = _teacher(seed)
     for _ in range(steps):
         x = torch.randn(BATCH, IN, generator=g)
-        yield x, torch.sin(3 * x @ w)
+        yield x, torch.sin(x @ w)
 
 
 def _eval_loss(model, seed):
     """Loss on a fixed batch, the same on every rank."""
     g = torch.Generator().manual_seed(seed + 12345)
     x = torch.randn(256, IN, generator=g)
-    y = torch.sin(3 * x @ _teacher(seed))
+    y = torch.sin(x @ _teacher(seed))
     with torch.no_grad():
         return float(nn.functional.mse_loss(model(x), y))
 
@@ -90,8 +90,8 @@ class _Recorder:
     Register ``recorder.hook`` (DDP wants a function with a __name__ and a parameter
     named ``bucket``)."""
 
-    def __init__(self, hook):
-        self.hook = hook
+    def __init__(self, inner):
+        self.inner = inner
         self.calls = 0
         self.sizes = set()
         self.in_place = []  # result tensor is the bucket's buffer (same storage, dtype)
@@ -106,7 +106,7 @@ class _Recorder:
             self.in_place.append(out.data_ptr() == buf.data_ptr() and out.dtype == buf.dtype)
             return out
 
-        return self.hook(state, bucket).then(check)
+        return self.inner(state, bucket).then(check)
 
 
 _CHAIN_SIDE = []
@@ -152,9 +152,11 @@ def _train(ddp, batches, lr):
         opt.step()
 
 
-def ringx_hook_vs_gloo(hook, steps, seed, bucket_cap_mb, lr=0.05):
+def ringx_hook_vs_gloo(hook, steps, seed, bucket_cap_mb, lr=0.05, explicit_group=False):
     """Train with RINGX_HOOKS[hook] on the default group and with torch's default
-    allreduce_hook on a gloo group, in lockstep. Returns parameters, losses, bucket info."""
+    allreduce_hook on a gloo group, in lockstep. Returns parameters, losses, bucket info.
+
+    explicit_group: register the hook with state=dist.group.WORLD instead of None."""
     rank = dist.get_rank()
     gloo = _gloo()
     if hook == "chained":
@@ -164,7 +166,7 @@ def ringx_hook_vs_gloo(hook, steps, seed, bucket_cap_mb, lr=0.05):
     test = DDP(test_model, bucket_cap_mb=bucket_cap_mb)
     ref = DDP(ref_model, process_group=gloo, bucket_cap_mb=bucket_cap_mb)
     rec = _Recorder(RINGX_HOOKS[hook])
-    test.register_comm_hook(None, rec.hook)
+    test.register_comm_hook(dist.group.WORLD if explicit_group else None, rec.hook)
     ref.register_comm_hook(gloo, default_hooks.allreduce_hook)
     init_loss = _eval_loss(test_model, seed)
     opt_t = torch.optim.SGD(test.parameters(), lr=lr, momentum=0.9)

@@ -228,10 +228,29 @@ void Communicator::finish(Active& a) {
   if (a.op->onDone) a.op->onDone(nullptr);
   if (a.op->onCallbacks) {
     auto cb = std::move(a.op->onCallbacks);
-    std::lock_guard<std::mutex> lock(cbMu_);
-    callbacks_.push_back([cb = std::move(cb)] { cb(nullptr); });
+    schedule([cb = std::move(cb)] { cb(nullptr); });
   }
-  cbCv_.notify_one();
+}
+
+// A callback may block on the result of a later op (PowerSGD waits on a
+// future inside .then): while the completion thread is inside one, later
+// completions get a thread of their own instead of queueing behind it.
+void Communicator::schedule(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(cbMu_);
+    if (!cbBusy_) {
+      callbacks_.push_back(std::move(job));
+      cbCv_.notify_one();
+      return;
+    }
+  }
+  std::thread([job = std::move(job)] {
+    try {
+      job();
+    } catch (const std::exception& e) {
+      RINGX_LOG(Warn, "ringx: a completion callback threw: " << e.what());
+    }
+  }).detach();
 }
 
 void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited) {
@@ -255,10 +274,8 @@ void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std:
   if (a.op->onDone) a.op->onDone(&err);
   if (a.op->onCallbacks) {
     auto cb = std::move(a.op->onCallbacks);
-    std::lock_guard<std::mutex> lock(cbMu_);
-    callbacks_.push_back([cb = std::move(cb), err] { cb(&err); });
+    schedule([cb = std::move(cb), err] { cb(&err); });
   }
-  cbCv_.notify_one();
   if (first) {
     for (auto& other : active_) {
       if (other.get() != &a && !other->ended) {
@@ -396,12 +413,15 @@ void Communicator::completionLoop() {
       if (callbacks_.empty()) return;
       cb = std::move(callbacks_.front());
       callbacks_.pop_front();
+      cbBusy_ = true;
     }
     try {
       cb();
     } catch (const std::exception& e) {
       RINGX_LOG(Warn, "ringx: a completion callback threw: " << e.what());
     }
+    std::lock_guard<std::mutex> lock(cbMu_);
+    cbBusy_ = false;
   }
 }
 

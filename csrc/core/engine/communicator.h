@@ -73,6 +73,7 @@ class Communicator {
   void checkDeadlines();
   void sleepUntilWork();
   void completionLoop();
+  void schedule(std::function<void()> job);
   std::string describeAwaited(const Active& a) const;
   std::vector<int> awaitedPeers(const Active& a) const;
   std::string prefix(const Op& op) const;
@@ -98,6 +99,7 @@ class Communicator {
   std::condition_variable cbCv_;
   std::deque<std::function<void()>> callbacks_;
   bool cbStop_ = false;
+  bool cbBusy_ = false;
 
   std::thread progressThread_;
   std::thread completionThread_;
