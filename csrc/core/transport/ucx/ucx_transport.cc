@@ -191,8 +191,12 @@ class UcxTransport final : public Transport {
     }
     ucp_request_param_t param = baseParam(p, mem);
     param.cb.send = &UcxTransport::onSend;
-    ucs_status_ptr_t req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
-    track(p, req);
+    ucs_status_ptr_t req;
+    {
+      DeferScope defer(*this);
+      req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
+    }
+    if (!p->completedInline) track(p, req);
     return p->id;
   }
 
@@ -207,14 +211,19 @@ class UcxTransport final : public Transport {
     param.cb.recv = &UcxTransport::onRecv;
     uint64_t wireTag = peer == kAnySource ? (tag & kTagUserMask) : tagWithSource(tag, peer);
     uint64_t mask = peer == kAnySource ? kTagUserMask : ~uint64_t{0};
-    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
-    track(p, req);
+    ucs_status_ptr_t req;
+    {
+      DeferScope defer(*this);
+      req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
+    }
+    if (!p->completedInline) track(p, req);
     return p->id;
   }
 
   void cancel(TransferId id) override {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second->request && it->second->isRecv) {
+      DeferScope defer(*this);
       ucp_request_cancel(worker_, it->second->request);
     }
   }
@@ -240,6 +249,7 @@ class UcxTransport final : public Transport {
   }
 
   void checkPeers() override {
+    DeferScope defer(*this);
     for (int p = 0; p < size_; ++p) {
       if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) peerFailed(p);
     }
@@ -260,7 +270,18 @@ class UcxTransport final : public Transport {
     bool isRecv;
     void* request = nullptr;
     bool peerClosed = false;
+    bool completedInline = false;
     TransferCallback done;
+  };
+  // UCX may run a request's callback inside the call that posts or cancels it
+  // (UCP_OP_ATTR_FLAG_NO_IMM_CMPL allows that). The contract says callbacks run
+  // only from progress(), so completions that arrive while one of our calls is
+  // on the stack are queued and delivered by the next progress().
+  struct DeferScope {
+    explicit DeferScope(UcxTransport& t) : t(t), was(t.deferCallbacks_) { t.deferCallbacks_ = true; }
+    ~DeferScope() { t.deferCallbacks_ = was; }
+    UcxTransport& t;
+    bool was;
   };
   struct PeerArg {
     UcxTransport* self;
@@ -279,7 +300,7 @@ class UcxTransport final : public Transport {
     if (peer != kAnySource && (peer < 0 || peer >= size_)) {
       throw Error(ErrorKind::InvalidArgument, "ringx: peer rank " + std::to_string(peer) + " out of range");
     }
-    auto* p = new Pending{this, nextId_++, peer, isRecv, nullptr, false, std::move(done)};
+    auto* p = new Pending{this, nextId_++, peer, isRecv, nullptr, false, false, std::move(done)};
     pending_.emplace(p->id, p);
     return p;
   }
@@ -306,6 +327,18 @@ class UcxTransport final : public Transport {
   }
 
   void completeNow(Pending* p, TransferResult r) { deferred_.emplace_back(p, std::move(r)); }
+
+  // A request's callback: deliver now, or queue it if one of our own calls is
+  // on the stack (see DeferScope).
+  void complete(Pending* p, const TransferResult& r) {
+    p->request = nullptr;
+    if (deferCallbacks_) {
+      p->completedInline = true;
+      deferred_.emplace_back(p, r);
+    } else {
+      finish(p, r);
+    }
+  }
 
   void finish(Pending* p, const TransferResult& r) {
     pending_.erase(p->id);
@@ -340,7 +373,7 @@ class UcxTransport final : public Transport {
     UcxTransport* self = p->self;
     TransferResult r = self->fromStatus(p, status);
     ucp_request_free(request);
-    self->finish(p, r);
+    self->complete(p, r);
   }
 
   static void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
@@ -352,7 +385,7 @@ class UcxTransport final : public Transport {
       r.source = tagSource(info->sender_tag);
     }
     ucp_request_free(request);
-    self->finish(p, r);
+    self->complete(p, r);
   }
 
   static void onEpError(void* arg, ucp_ep_h, ucs_status_t) {
@@ -389,6 +422,7 @@ class UcxTransport final : public Transport {
   std::unordered_map<TransferId, Pending*> pending_;
   std::deque<std::pair<Pending*, TransferResult>> deferred_;
   TransferId nextId_ = 1;
+  bool deferCallbacks_ = false;
 };
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {

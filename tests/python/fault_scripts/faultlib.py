@@ -1,0 +1,298 @@
+"""Shared by the fault scripts (rank side) and tests/python/test_faults.py (launcher side).
+
+Fault-injection tests kill, stop or desynchronise ranks, which the persistent worlds
+of harness.py cannot survive, so every scenario is a standalone script started as
+WORLD_SIZE fresh processes with a torchrun-like environment (RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+
+Rank side
+---------
+``setup(timeout_s)`` imports ringx and calls ``init_process_group("ringx", timeout=)``.
+``record(event, **fields)`` appends one JSON line to ``$FAULT_OUT/rank<R>.jsonl`` and
+flushes it, so what a rank recorded survives its own death.  ``attempt(label, fn)``
+runs ``fn()`` and records either success or the exception's type and text together
+with when it started and ended (``time.time()``: the ranks share one clock, so the
+launcher can subtract a victim's time of death from a survivor's time of error).
+
+Launcher side
+-------------
+``launch(script, world_size, args, timeout)`` starts the ranks in their own sessions,
+waits for all of them to exit (at most ``timeout`` seconds), then SIGCONTs and SIGKILLs
+whatever is left, and returns one ``RankResult`` per rank: exit code, records and log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ----------------------------------------------------------------------------- rank side
+
+_OUT = None
+
+
+def _die_with_parent():
+    """A rank dies with its launcher (even a SIGKILLed pytest leaves no orphans)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+if "FAULT_OUT" in os.environ and "RANK" in os.environ:
+    _die_with_parent()
+    if os.environ.get("FAULT_DUMP_AFTER"):
+        # A rank still running when the launcher is about to give up prints every
+        # thread's Python stack into its log (shown in the failure report).
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["FAULT_DUMP_AFTER"]), repeat=True)
+
+
+def rank() -> int:
+    return int(os.environ["RANK"])
+
+
+def world_size() -> int:
+    return int(os.environ["WORLD_SIZE"])
+
+
+def record(event: str, **fields):
+    global _OUT
+    if _OUT is None:
+        path = os.path.join(os.environ["FAULT_OUT"], f"rank{rank()}.jsonl")
+        _OUT = open(path, "a", buffering=1)
+    fields.update(event=event, rank=rank(), t=time.time())
+    _OUT.write(json.dumps(fields) + "\n")
+    _OUT.flush()
+    os.fsync(_OUT.fileno())
+
+
+def setup(timeout_s: float, backend: str = "ringx"):
+    """init_process_group on the ringx backend with a group timeout of timeout_s."""
+    import datetime
+
+    import torch
+
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    if backend == "ringx":
+        import ringx  # noqa: F401
+    # Start-up (import torch) can take seconds longer on one rank than another on a
+    # loaded machine; the group's first store waits are bounded by timeout_s, so let
+    # every rank get here before any of them starts to wait.
+    file_barrier("setup", range(world_size()), timeout=120)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    record("up", pid=os.getpid())
+    return dist
+
+
+def describe(e: BaseException) -> dict:
+    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
+            "msg": str(e)}
+
+
+def attempt(label: str, fn, **extra):
+    """Runs fn(); records {label, ok, type, msg, start, end}; returns the exception or None."""
+    start = time.time()
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - everything is data here
+        record("result", label=label, ok=False, start=start, end=time.time(), **describe(e), **extra)
+        return e
+    record("result", label=label, ok=True, start=start, end=time.time(), **extra)
+    return None
+
+
+def file_barrier(name: str, ranks, timeout: float):
+    """Waits (at most `timeout` s) until every rank in `ranks` has reached this point;
+    works without the process group (which may have failed).  Returns whether all did."""
+    out = os.environ["FAULT_OUT"]
+    open(os.path.join(out, f"barrier-{name}-{rank()}"), "w").close()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if all(os.path.exists(os.path.join(out, f"barrier-{name}-{r}")) for r in ranks):
+            return True
+        time.sleep(0.02)
+    record("file_barrier_timeout", name=name)
+    return False
+
+
+def finish(dist=None, destroy=True):
+    """Records how long destroy_process_group takes, then exits without atexit surprises."""
+    if dist is not None and destroy:
+        t0 = time.time()
+        try:
+            dist.destroy_process_group()
+            record("destroyed", seconds=time.time() - t0)
+        except BaseException as e:  # noqa: BLE001
+            record("destroy_failed", seconds=time.time() - t0, **describe(e))
+    record("done")
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def main(body):
+    """Runs body(); an unexpected exception is recorded (and the rank exits 1)."""
+    try:
+        body()
+    except BaseException as e:  # noqa: BLE001
+        record("crashed", tb=traceback.format_exc(), **describe(e))
+        raise
+
+
+# ------------------------------------------------------------------------- launcher side
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int | None  # None: still running at the deadline (then killed)
+    records: list = field(default_factory=list)
+    log: str = ""
+    exit_time: float | None = None
+
+    def results(self, label=None):
+        return [r for r in self.records if r["event"] == "result" and (label is None or r["label"] == label)]
+
+    def result(self, label):
+        found = self.results(label)
+        assert len(found) == 1, f"rank {self.rank}: {len(found)} results labelled {label!r}\n{self.describe()}"
+        return found[0]
+
+    def event(self, name):
+        found = [r for r in self.records if r["event"] == name]
+        return found[-1] if found else None
+
+    def describe(self) -> str:
+        lines = [f"--- rank {self.rank}: exit {self.returncode}"]
+        lines += [json.dumps(r)[:600] for r in self.records]
+        lines.append("--- log tail:")
+        lines.append(self.log[-3000:])
+        return "\n".join(lines)
+
+
+class Launch:
+    """The outcome of one launch: per-rank results plus a text report for assertion messages."""
+
+    def __init__(self, ranks, wall):
+        self.ranks = ranks
+        self.wall = wall
+
+    def __getitem__(self, r) -> RankResult:
+        return self.ranks[r]
+
+    def __iter__(self):
+        return iter(self.ranks)
+
+    def report(self) -> str:
+        return f"launch took {self.wall:.1f} s\n" + "\n".join(r.describe() for r in self.ranks)
+
+
+def base_env(extra=None) -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONUNBUFFERED="1")
+    env.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def launch(script: str, world_size: int, args=(), *, timeout: float = 90.0, env=None,
+           keep_dir=None) -> Launch:
+    """Starts `script` as world_size ranks and waits for them (see the module docstring)."""
+    out = keep_dir or tempfile.mkdtemp(prefix="ringx-fault-")
+    port = free_port()
+    procs, logs = [], []
+    t0 = time.time()
+    try:
+        for r in range(world_size):
+            e = base_env(env)
+            e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world_size),
+                     LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", ROLE_RANK=str(r),
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), FAULT_OUT=out,
+                     FAULT_DUMP_AFTER=str(max(5.0, timeout - 10)))
+            log = open(os.path.join(out, f"rank{r}.log"), "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [*_debugger(), sys.executable, os.path.join(HERE, script), *map(str, args)], env=e,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True))
+        deadline = t0 + timeout
+        exit_times = [None] * world_size
+        while time.time() < deadline and any(p.poll() is None for p in procs):
+            for r, p in enumerate(procs):
+                if exit_times[r] is None and p.poll() is not None:
+                    exit_times[r] = time.time()
+            time.sleep(0.05)
+        for r, p in enumerate(procs):
+            if exit_times[r] is None and p.poll() is not None:
+                exit_times[r] = time.time()
+        codes = [p.poll() for p in procs]
+    finally:
+        for p in procs:
+            _kill_session(p)
+        for log in logs:
+            log.close()
+    results = []
+    for r in range(world_size):
+        recs = []
+        path = os.path.join(out, f"rank{r}.jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        pass
+        with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
+            text = f.read()
+        results.append(RankResult(r, codes[r], recs, text, exit_times[r]))
+    if keep_dir is None:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+    return Launch(results, time.time() - t0)
+
+
+def _debugger():
+    """RINGX_FAULT_GDB=1 runs every rank under gdb and logs all threads' stacks on a crash."""
+    if os.environ.get("RINGX_FAULT_GDB") != "1":
+        return []
+    return ["gdb", "-q", "-batch", "-ex", "set pagination off", "-ex", "handle SIGPIPE nostop noprint",
+            "-ex", "run", "-ex", "thread apply all bt 30", "--args"]
+
+
+def _kill_session(p: subprocess.Popen):
+    """SIGCONT (a stopped rank cannot die otherwise... it can, but be sure) and SIGKILL
+    the rank's whole session, then reap it."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
