@@ -217,6 +217,6 @@ SOAK_OPS ?= 20000
 soak: sysdeps venv build
 	timeout -k 30 3600 $(VPY) tests/soak.py --world-size 4 --ops $(SOAK_OPS) --limit 3500 $(SOAK_ARGS)
 
-# The fault-injection and soak pytest suites (issue 6), opt-in until they pass.
+# The fault-injection and short soak suites alone (make test runs them too).
 test-faults: sysdeps venv build
-	RINGX_FAULT_TESTS=1 timeout -k 30 1500 $(VPY) -m pytest tests/python/test_faults.py tests/python/test_soak.py -q
+	timeout -k 30 1500 $(VPY) -m pytest tests/python/test_faults.py tests/python/test_soak.py -q

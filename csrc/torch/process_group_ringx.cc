@@ -89,11 +89,11 @@ std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::millisecond
 
 ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType type,
                                                  std::chrono::milliseconds timeout) {
-  return Call{CallContext{op, rank_, size_, ++seq_}, type, timeoutFor(timeout)};
+  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_};
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
-  return Call{CallContext{op, rank_, size_, ++p2pSeq_}, type, timeout_};
+  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_};
 }
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
@@ -130,6 +130,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
   op->timeout = call.timeout;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
   Op* raw = op.get();
+  uint64_t previous = call.ctx.seq - 1;
+  call.numbering->compare_exchange_strong(previous, call.ctx.seq);
   op->onDone = [work, raw](const Error* e) {
     work->setSourceRank(raw->recvSource);
     work->markDone(e);

@@ -105,9 +105,12 @@ class ProcessGroupRingx : public c10d::Backend {
     CallContext ctx;
     c10d::OpType type;
     std::chrono::milliseconds timeout;
+    std::atomic<uint64_t>* numbering;  // seq_ or p2pSeq_
   };
 
-  // A collective call: takes the next sequence number.
+  // A collective call: numbered with the next sequence number, which it takes
+  // only once it is submitted, so a call rejected for bad input leaves the
+  // ranks' numbering (and so their message tags) in step.
   Call begin(const char* op, c10d::OpType type, std::chrono::milliseconds timeout);
   // A point-to-point call: numbered on its own, since ranks issue different
   // point-to-point traffic.

@@ -11,10 +11,6 @@ import pytest
 
 import harness
 
-# Opt-in until issue 6 is resolved: these tests still find ringx bugs (listed in
-# the issue's note) and would fail `make test`. Run them with `make test-faults`.
-pytestmark = pytest.mark.skipif(os.environ.get("RINGX_FAULT_TESTS") != "1",
-                                reason="opt-in fault/soak suite: make test-faults (issue 6 open)")
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

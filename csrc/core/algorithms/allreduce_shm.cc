@@ -1,7 +1,9 @@
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/algorithms/registry.h"
+#include "core/common/error.h"
 #include "core/patterns/ring.h"
 #include "core/transport/shm/shm_area.h"
 
@@ -25,6 +27,34 @@ namespace ringx {
 //
 // Memory traffic per rank: N copied in, N/n x n read and N/n written by the
 // reduce, N copied out; no bytes on any wire.
+//
+// Each rank publishes its op's element count, dtype and reduce op in the
+// slot's header with the copy-in; the reduce step compares every rank's
+// before touching their bytes, so ranks that passed different tensors fail
+// on every rank instead of reducing mismatched memory.
+namespace {
+
+void checkSameOp(const ShmArea& shm, int which, const ShmArea::SlotHeader& mine) {
+  for (int q = 0; q < shm.size(); ++q) {
+    const ShmArea::SlotHeader& theirs = shm.header(q, which);
+    if (theirs.opCount != mine.opCount) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "the ranks passed tensors of different sizes: this rank has " + std::to_string(mine.opCount) +
+                      " elements, rank " + std::to_string(q) + " has " + std::to_string(theirs.opCount));
+    }
+    if (theirs.dtype != mine.dtype || theirs.redop != mine.redop) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "the ranks passed different dtypes or reduce ops: this rank has " +
+                      std::string(dtypeName(DType(mine.dtype))) + " " +
+                      std::string(reduceOpName(ReduceOp(mine.redop))) + ", rank " + std::to_string(q) + " has " +
+                      std::string(dtypeName(DType(theirs.dtype))) + " " +
+                      std::string(reduceOpName(ReduceOp(theirs.redop))));
+    }
+  }
+}
+
+}  // namespace
+
 Schedule buildAllReduceShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op);
   s.setAlgorithm("shm");
@@ -45,6 +75,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
   const size_t chunkElems = shm->slotBytes() / es;
   const size_t chunks = ring::numSegments(a.count, chunkElems);
   const uint64_t first = shm->reserveChunks(chunks);
+  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
 
   for (size_t k = 0; k < chunks; ++k) {
     const uint64_t id = first + k;
@@ -56,14 +87,16 @@ Schedule buildAllReduceShm(const CollArgs& a) {
         [=] {
           if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id) return false;
           std::memcpy(shm->slot(r, which), chunk, m * es);
+          shm->header(r, which) = header;
           shm->counter(r).store(2 * id - 1, std::memory_order_release);
           return true;
         },
-        {prev});
+        nullptr, {prev});
 
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
+          checkSameOp(*shm, which, header);
           const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
           std::vector<const void*> srcs(n);
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + off;
@@ -75,7 +108,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
           shm->counter(r).store(2 * id, std::memory_order_release);
           return true;
         },
-        {prev});
+        [=] { return shm->behind(2 * id - 1); }, {prev});
 
     prev = s.poll(
         [=] {
@@ -87,7 +120,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
           shm->chunksDone().store(id, std::memory_order_release);
           return true;
         },
-        {prev});
+        [=] { return shm->behind(2 * id); }, {prev});
   }
   return s;
 }

@@ -162,8 +162,8 @@ bool Communicator::runReady(Active& a) {
               a.op->schedule.scaleFactor());
         break;
       case StepKind::Poll:
-        if (!a.op->schedule.runPoll(s)) {
-          a.polling.push_back(id);
+        if (!poll(a, id)) {
+          if (!a.ended) a.polling.push_back(id);
           continue;
         }
         break;
@@ -177,7 +177,7 @@ bool Communicator::runPolls(Active& a) {
   bool did = false;
   for (size_t i = 0; i < a.polling.size() && !a.ended;) {
     StepId id = a.polling[i];
-    if (a.op->schedule.runPoll(a.op->schedule.steps()[id])) {
+    if (poll(a, id)) {
       a.polling.erase(a.polling.begin() + long(i));
       stepDone(a, id);
       did = true;
@@ -186,6 +186,15 @@ bool Communicator::runPolls(Active& a) {
     }
   }
   return did;
+}
+
+bool Communicator::poll(Active& a, StepId id) {
+  try {
+    return a.op->schedule.runPoll(a.op->schedule.steps()[id]);
+  } catch (const Error& e) {
+    fail(a, e.kind(), e.what());
+    return false;
+  }
 }
 
 void Communicator::post(Active& a, StepId id) {
@@ -297,7 +306,11 @@ std::vector<int> Communicator::awaitedPeers(const Active& a) const {
     const Step& s = a.op->schedule.steps()[step];
     (s.kind == StepKind::Recv ? recvFrom : sendTo).insert(s.peer);
   }
-  const std::set<int>& peers = recvFrom.empty() ? sendTo : recvFrom;
+  std::set<int> polledFor;
+  for (StepId step : a.polling) {
+    for (int p : a.op->schedule.pollWaitingOn(a.op->schedule.steps()[step])) polledFor.insert(p);
+  }
+  const std::set<int>& peers = !recvFrom.empty() ? recvFrom : !polledFor.empty() ? polledFor : sendTo;
   return {peers.begin(), peers.end()};
 }
 
@@ -313,7 +326,24 @@ std::string Communicator::describeAwaited(const Active& a) const {
   bool receiving = std::any_of(a.inflight.begin(), a.inflight.end(), [&](const auto& entry) {
     return a.op->schedule.steps()[entry.first].kind == StepKind::Recv;
   });
-  return receiving ? "waiting for data from rank(s) " + list : "waiting for rank(s) " + list + " to receive";
+  if (receiving) return "waiting for data from rank(s) " + list;
+  if (!a.polling.empty()) return "waiting for rank(s) " + list + " to reach the same step in shared memory";
+  return "waiting for rank(s) " + list + " to receive";
+}
+
+// A dead peer fails every pending op, not only the transfers that name it:
+// shared-memory steps and sends to a same-host peer get no signal of their
+// own, and the ranks that wait on a survivor would otherwise sit out the
+// timeout for a collective that can no longer complete.
+void Communicator::failOnDeadPeer() {
+  const int dead = transport_->firstFailedPeer();
+  if (dead < 0) return;
+  for (auto& a : active_) {
+    if (!a->ended) {
+      fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed");
+      return;
+    }
+  }
 }
 
 void Communicator::checkDeadlines() {
@@ -378,6 +408,7 @@ void Communicator::progressLoop() {
     checkDeadlines();
     if (!active_.empty() && Clock::now() >= nextPeerCheck) {
       transport_->checkPeers();
+      failOnDeadPeer();
       nextPeerCheck = Clock::now() + std::chrono::milliseconds(100);
     }
     if (did) {

@@ -65,6 +65,8 @@ class Communicator {
   bool startSubmitted();
   bool runReady(Active& a);
   bool runPolls(Active& a);
+  bool poll(Active& a, StepId id);
+  void failOnDeadPeer();
   void post(Active& a, StepId id);
   void stepDone(Active& a, StepId id);
   void fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited = {});

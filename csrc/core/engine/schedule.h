@@ -23,7 +23,9 @@ using StepId = uint32_t;
 inline constexpr StepId kNoStep = ~StepId{0};
 
 // Poll steps run a non-blocking predicate until it returns true: intra-host
-// algorithms wait on peers' counters in shared memory with them.
+// algorithms wait on peers' counters in shared memory with them. A predicate
+// that finds the ranks disagree throws ringx::Error, which fails the op; its
+// `waitingOn` lists the ranks it still waits for, for timeout messages.
 enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale, Poll };
 
 struct Step {
@@ -74,11 +76,17 @@ class Schedule {
     return add({StepKind::Scale, -1, 0, buf, nullptr, bytes}, deps);
   }
 
-  StepId poll(std::function<bool()> ready, std::initializer_list<StepId> deps = {}) {
-    polls_.push_back(std::move(ready));
+  using PollFn = std::function<bool()>;
+  using WaitingOnFn = std::function<std::vector<int>()>;
+  StepId poll(PollFn ready, WaitingOnFn waitingOn, std::initializer_list<StepId> deps = {}) {
+    polls_.push_back({std::move(ready), std::move(waitingOn)});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
-  bool runPoll(const Step& step) const { return polls_[size_t(step.peer)](); }
+  bool runPoll(const Step& step) const { return polls_[size_t(step.peer)].ready(); }
+  std::vector<int> pollWaitingOn(const Step& step) const {
+    const auto& fn = polls_[size_t(step.peer)].waitingOn;
+    return fn ? fn() : std::vector<int>{};
+  }
 
   // Scratch memory owned by the schedule (receive slots, staging copies).
   std::byte* scratch(size_t bytes) {
@@ -106,7 +114,11 @@ class Schedule {
   std::vector<std::vector<StepId>> dependents_;
   std::vector<uint32_t> depCount_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
-  std::vector<std::function<bool()>> polls_;
+  struct PollStep {
+    PollFn ready;
+    WaitingOnFn waitingOn;
+  };
+  std::vector<PollStep> polls_;
 };
 
 }  // namespace ringx

@@ -3,8 +3,8 @@
 //
 // Threading: every call happens on the communicator's progress thread, so
 // implementations need no locks of their own for it. Callbacks fire only from
-// inside progress() (never from isend/irecv), so a callback may post more
-// transfers without re-entering the transport.
+// inside progress() and checkPeers() (never from isend/irecv/cancel), so a
+// callback may post more transfers without re-entering the transport.
 //
 // Tags: the caller owns bits 0..47 and bit 63; bits 48..62 carry the sender's
 // rank, set by the transport, so receives can name their source or match any.

@@ -220,8 +220,9 @@ def base_env(extra=None) -> dict:
 
 
 def launch(script: str, world_size: int, args=(), *, timeout: float = 90.0, env=None,
-           keep_dir=None) -> Launch:
-    """Starts `script` as world_size ranks and waits for them (see the module docstring)."""
+           keep_dir=None, wait_for=None) -> Launch:
+    """Starts `script` as world_size ranks and waits for them (see the module docstring);
+    with `wait_for`, only for those ranks (a stopped rank never exits by itself)."""
     out = keep_dir or tempfile.mkdtemp(prefix="ringx-fault-")
     port = free_port()
     procs, logs = [], []
@@ -241,7 +242,8 @@ def launch(script: str, world_size: int, args=(), *, timeout: float = 90.0, env=
                 start_new_session=True))
         deadline = t0 + timeout
         exit_times = [None] * world_size
-        while time.time() < deadline and any(p.poll() is None for p in procs):
+        awaited = [procs[r] for r in (range(world_size) if wait_for is None else wait_for)]
+        while time.time() < deadline and any(p.poll() is None for p in awaited):
             for r, p in enumerate(procs):
                 if exit_times[r] is None and p.poll() is not None:
                     exit_times[r] = time.time()

@@ -17,7 +17,10 @@ namespace ringx {
 
 namespace {
 
+// Control block: the counter in the first cache line, the two slot headers
+// in the second.
 constexpr size_t kControlBytes = 4096;
+constexpr size_t kHeadersOffset = 64;
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);
@@ -78,6 +81,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     area->maps_[p] = m;
     auto* base = static_cast<std::byte*>(m);
     area->counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
+    area->headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
     area->data_.push_back(base + kControlBytes);
   }
   // Once everyone has mapped every segment the names can go: nothing is left
@@ -105,6 +109,14 @@ bool ShmArea::allReached(uint64_t value) const {
     if (counters_[p]->load(std::memory_order_acquire) < value) return false;
   }
   return true;
+}
+
+std::vector<int> ShmArea::behind(uint64_t value) const {
+  std::vector<int> ranks;
+  for (int p = 0; p < size_; ++p) {
+    if (counters_[p]->load(std::memory_order_acquire) < value) ranks.push_back(p);
+  }
+  return ranks;
 }
 
 }  // namespace ringx

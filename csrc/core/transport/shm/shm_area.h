@@ -34,9 +34,21 @@ class ShmArea {
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
 
+  // What a rank's op put in a slot, so peers can tell that the ranks passed
+  // different tensors (a size, dtype or op mismatch) instead of reducing
+  // mismatched bytes. Written before the counter is released.
+  struct SlotHeader {
+    uint64_t opCount;
+    uint32_t dtype;
+    uint32_t redop;
+  };
+
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
+  SlotHeader& header(int rank, int which) const { return headers_[rank][which]; }
   std::atomic<uint64_t>& counter(int rank) const { return *counters_[rank]; }
   bool allReached(uint64_t value) const;
+  // The ranks whose counter is still below `value`.
+  std::vector<int> behind(uint64_t value) const;
 
   // Chunks are numbered across all ops that use the area, in submission
   // order, so every rank agrees on each chunk's slot and counter values.
@@ -55,6 +67,7 @@ class ShmArea {
   std::vector<void*> maps_;
   std::vector<std::byte*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
+  std::vector<SlotHeader*> headers_;
   std::atomic<uint64_t> nextChunk_{1};
   std::atomic<uint64_t> chunksDone_{0};
 };

@@ -249,10 +249,16 @@ class UcxTransport final : public Transport {
   }
 
   void checkPeers() override {
-    DeferScope defer(*this);
+    std::vector<int> dead;
     for (int p = 0; p < size_; ++p) {
-      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) peerFailed(p);
+      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) dead.push_back(p);
     }
+    if (dead.empty()) return;
+    // What the peer sent before it died is already here: take it before
+    // failing what is still pending on it.
+    progress();
+    DeferScope defer(*this);
+    for (int p : dead) peerFailed(p);
   }
 
   int firstFailedPeer() const override {
