@@ -18,13 +18,6 @@ void checkSameDtype(const CallContext& c, const at::Tensor& a, const at::Tensor&
   }
 }
 
-void checkListLength(const CallContext& c, size_t got, const char* what) {
-  if (int(got) != c.size) {
-    throwValueError(c, std::string("the ") + what + " list has " + std::to_string(got) + " tensors, expected " +
-                           std::to_string(c.size) + " (one per rank)");
-  }
-}
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tensor>& tensors,
@@ -52,7 +45,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vec
   }
   auto& outs = outputs[0];
   checkListLength(call.ctx, outs.size(), "output");
-  for (size_t i = 0; i < outs.size(); ++i) checkSameType(call.ctx, in, outs[i], "output tensor " + std::to_string(i));
+  for (size_t i = 0; i < outs.size(); ++i) checkSameType(call.ctx, in, "the input", outs[i], "output tensor " + std::to_string(i));
   at::Tensor src = asParts(in).contiguous();
   at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
   CollArgs a = argsFor(call, Collective::AllGather);
@@ -133,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
     if (outputs.size() != 1) throwValueError(call.ctx, "the root expects one output list");
     checkListLength(call.ctx, outputs[0].size(), "output");
     for (size_t i = 0; i < outputs[0].size(); ++i) {
-      checkSameType(call.ctx, in, outputs[0][i], "output tensor " + std::to_string(i));
+      checkSameType(call.ctx, in, "the input", outputs[0][i], "output tensor " + std::to_string(i));
     }
   } else if (!outputs.empty() && !outputs[0].empty()) {
     throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an output list");
@@ -167,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
     if (inputs.size() != 1) throwValueError(call.ctx, "the root expects one input list");
     checkListLength(call.ctx, inputs[0].size(), "input");
     for (size_t i = 0; i < inputs[0].size(); ++i) {
-      checkSameType(call.ctx, out, inputs[0][i], "input tensor " + std::to_string(i));
+      checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
     }
     flat = flatCat(inputs[0]);
   } else if (!inputs.empty() && !inputs[0].empty()) {

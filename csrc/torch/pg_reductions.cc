@@ -121,12 +121,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter(std::vector<at:
   Call call = begin("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
   const at::Tensor& out = singleTensor(call.ctx, outputs);
   if (inputs.size() != 1) throwValueError(call.ctx, "expects one input list, got " + std::to_string(inputs.size()));
-  if (int(inputs[0].size()) != size_) {
-    throwValueError(call.ctx, "the input list has " + std::to_string(inputs[0].size()) + " tensors, expected " +
-                                  std::to_string(size_) + " (one per rank)");
-  }
+  checkListLength(call.ctx, inputs[0].size(), "input");
   for (size_t i = 0; i < inputs[0].size(); ++i) {
-    checkSameType(call.ctx, out, inputs[0][i], "input tensor " + std::to_string(i));
+    checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
     asReducible(call.ctx, inputs[0][i], opts.reduceOp.op_);
   }
   ReduceOp op = toReduceOp(opts.reduceOp);

@@ -41,14 +41,23 @@ void checkRoot(const CallContext& c, int64_t root) {
   }
 }
 
-void checkSameType(const CallContext& c, const at::Tensor& expected, const at::Tensor& t, const std::string& what) {
+void checkListLength(const CallContext& c, size_t got, const char* what) {
+  if (int(got) != c.size) {
+    throwValueError(c, std::string("the ") + what + " list has " + std::to_string(got) +
+                           (got == 1 ? " tensor" : " tensors") + ", expected " + std::to_string(c.size) +
+                           " (one per rank)");
+  }
+}
+
+void checkSameType(const CallContext& c, const at::Tensor& expected, const std::string& expectedWhat,
+                   const at::Tensor& t, const std::string& what) {
   checkDevice(c, t);
   if (t.scalar_type() != expected.scalar_type()) {
-    throwTypeError(c, what + " has dtype " + std::string(c10::toString(t.scalar_type())) + " but the input has " +
-                          std::string(c10::toString(expected.scalar_type())));
+    throwTypeError(c, what + " has dtype " + std::string(c10::toString(t.scalar_type())) + " but " + expectedWhat +
+                          " has " + std::string(c10::toString(expected.scalar_type())));
   }
   if (t.numel() != expected.numel()) {
-    throwValueError(c, what + " has " + std::to_string(t.numel()) + " elements but the input has " +
+    throwValueError(c, what + " has " + std::to_string(t.numel()) + " elements but " + expectedWhat + " has " +
                            std::to_string(expected.numel()));
   }
 }

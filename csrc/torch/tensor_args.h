@@ -28,7 +28,12 @@ struct CallContext {
 const at::Tensor& singleTensor(const CallContext& c, const std::vector<at::Tensor>& tensors);
 void checkDevice(const CallContext& c, const at::Tensor& t);
 void checkRoot(const CallContext& c, int64_t root);
-void checkSameType(const CallContext& c, const at::Tensor& expected, const at::Tensor& t, const std::string& what);
+// A per-rank tensor list (`what`: "input" or "output") must hold one per rank.
+void checkListLength(const CallContext& c, size_t got, const char* what);
+// Every tensor of a list must match `expected` (named `expectedWhat` in errors)
+// in dtype and element count.
+void checkSameType(const CallContext& c, const at::Tensor& expected, const std::string& expectedWhat,
+                   const at::Tensor& t, const std::string& what);
 
 // Complex tensors reduce as their real view where the op allows it.
 at::Tensor asReducible(const CallContext& c, const at::Tensor& t, c10d::ReduceOp::RedOpType op);

@@ -40,14 +40,14 @@ TEST_CASE("reduce leaves the sum on the root and the inputs elsewhere untouched,
       a.count = count;
       a.root = root;
       a.segmentBytes = 4096;
-      REQUIRE_FALSE(runOp(*comms[r], "reduce", root, buildReduceBinomial(a)));
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce", root, buildReduceBinomial(a)));
       for (size_t i = 0; i < count; ++i) {
         double want = value(r, i);
         if (r == root) {
           want = 0;
           for (int q = 0; q < size; ++q) want += value(q, i);
         }
-        REQUIRE(buf[i] == want);
+        RANK_REQUIRE(buf[i] == want);
       }
     });
   }
@@ -70,13 +70,13 @@ TEST_CASE("reduce_scatter gives rank r block r of the sum, averaged when asked")
     a.buf = out.data();
     a.count = count;
     a.segmentBytes = 2048;
-    REQUIRE_FALSE(runOp(*comms[r], "reduce_scatter", 1, buildReduceScatterRing(a)));
-    REQUIRE(in == before);
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce_scatter", 1, buildReduceScatterRing(a)));
+    RANK_REQUIRE(in == before);
     for (size_t i = 0; i < count; ++i) {
       double want = 0;
       for (int q = 0; q < size; ++q) want += value(q, r * count + i);
       if (op == ReduceOp::Avg) want /= size;
-      REQUIRE(out[i] == Approx(want));
+      RANK_REQUIRE(out[i] == Approx(want));
     }
   });
 }
@@ -105,10 +105,10 @@ TEST_CASE("all_to_all with uneven and empty blocks delivers each block to its ra
     out.assign(total, -1);
     a.input = in.data();
     a.buf = out.data();
-    REQUIRE_FALSE(runOp(*comms[r], "all_to_all", 2, buildAllToAllPairwise(a)));
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_to_all", 2, buildAllToAllPairwise(a)));
     size_t at = 0;
     for (int s = 0; s < size; ++s) {
-      for (size_t k = 0; k < len(s, r); ++k) REQUIRE(out[at++] == s * 1000 + r);
+      for (size_t k = 0; k < len(s, r); ++k) RANK_REQUIRE(out[at++] == s * 1000 + r);
     }
   });
 }
@@ -128,10 +128,10 @@ TEST_CASE("gather collects every rank's block on the root and scatter hands them
       g.buf = all.data();
       g.count = count;
       g.root = root;
-      REQUIRE_FALSE(runOp(*comms[r], "gather", g.seq, buildGatherBinomial(g)));
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "gather", g.seq, buildGatherBinomial(g)));
       if (r == root) {
         for (int q = 0; q < size; ++q) {
-          for (size_t i = 0; i < count; ++i) REQUIRE(all[q * count + i] == q * 1000 + int64_t(i));
+          for (size_t i = 0; i < count; ++i) RANK_REQUIRE(all[q * count + i] == q * 1000 + int64_t(i));
         }
       }
       CollArgs s{Collective::Scatter, r, size, uint64_t(2 * root + 1)};
@@ -140,8 +140,8 @@ TEST_CASE("gather collects every rank's block on the root and scatter hands them
       s.buf = back.data();
       s.count = count;
       s.root = root;
-      REQUIRE_FALSE(runOp(*comms[r], "scatter", s.seq, buildScatterBinomial(s)));
-      REQUIRE(back == mine);
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "scatter", s.seq, buildScatterBinomial(s)));
+      RANK_REQUIRE(back == mine);
     });
   }
 }
@@ -155,7 +155,7 @@ TEST_CASE("dissemination barrier holds every rank until the last one arrives") {
     if (r == size - 1) std::this_thread::sleep_for(100ms);
     arrived++;
     CollArgs a{Collective::Barrier, r, size, 5};
-    REQUIRE_FALSE(runOp(*comms[r], "barrier", 5, buildBarrierDissemination(a)));
-    REQUIRE(arrived.load() == size);
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "barrier", 5, buildBarrierDissemination(a)));
+    RANK_REQUIRE(arrived.load() == size);
   });
 }

@@ -26,7 +26,7 @@ const Algorithm& algorithmNamed(Collective coll, std::string_view name) {
   for (const auto& alg : algorithms()) {
     if (alg.coll == coll && alg.name == name) return alg;
   }
-  FAIL("no algorithm " << name);
+  RANK_FAIL("no algorithm " << name);
   throw;
 }
 
@@ -53,13 +53,13 @@ TEST_CASE("all_reduce sum and max agree with the closed form for every algorithm
     a.count = count;
     a.segmentBytes = 4096;  // many segments, so pipelining and slot reuse run
     auto err = runOp(*comms[r], "all_reduce", 7, alg.build(a));
-    REQUIRE_FALSE(err);
+    RANK_REQUIRE_FALSE(err);
     for (size_t i = 0; i < count; ++i) {
       float want = 0;
       for (int q = 0; q < size; ++q) want = op == ReduceOp::Max ? std::max(want, input(q, i)) : want + input(q, i);
       if (op == ReduceOp::Avg) want /= size;
       if (std::fabs(buf[i] - want) > 1e-5f * std::fabs(want)) {
-        FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+        RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
       }
     }
   });
@@ -80,8 +80,8 @@ TEST_CASE("broadcast from every root delivers the root's buffer to every rank") 
       a.count = count;
       a.root = root;
       a.segmentBytes = 1024;
-      REQUIRE_FALSE(runOp(*comms[r], "broadcast", root, buildBroadcastBinomial(a)));
-      for (size_t i = 0; i < count; ++i) REQUIRE(buf[i] == int32_t(root * 1000 + i));
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "broadcast", root, buildBroadcastBinomial(a)));
+      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == int32_t(root * 1000 + i));
     });
   }
 }
@@ -103,8 +103,11 @@ TEST_CASE("several outstanding all_reduces with distinct sequence numbers all co
       op->onDone = [p](const Error* e) { p->set_value(e == nullptr); };
       comms[r]->submit(std::move(op));
     }
-    for (int k = ops - 1; k >= 0; --k) REQUIRE(done[k].get());
-    for (auto& b : bufs) REQUIRE(b[4999] == 6.0f);
+    for (int k = ops - 1; k >= 0; --k) {
+      bool ok = done[k].get();
+      RANK_REQUIRE(ok);
+    }
+    for (auto& b : bufs) RANK_REQUIRE(b[4999] == 6.0f);
   });
 }
 
@@ -120,17 +123,16 @@ TEST_CASE("a rank that never joins makes the others time out naming it") {
     auto t0 = std::chrono::steady_clock::now();
     auto err = runOp(*comms[r], "all_reduce", 1, buildAllReduceRing(a));
     auto took = std::chrono::steady_clock::now() - t0;
-    REQUIRE(err);
-    REQUIRE(err->kind() == ErrorKind::Timeout);
+    RANK_REQUIRE(err);
+    RANK_REQUIRE(err->kind() == ErrorKind::Timeout);
     std::string what = err->what();
-    CAPTURE(what);
-    REQUIRE(what.rfind("ringx: all_reduce (rank " + std::to_string(r) + ", seq 1): Timed out", 0) == 0);
-    REQUIRE(what.find("rank(s)") != std::string::npos);
-    REQUIRE(took < 2s);
+    RANK_REQUIRE_SAYING(what, what.rfind("ringx: all_reduce (rank " + std::to_string(r) + ", seq 1): Timed out", 0) == 0);
+    RANK_REQUIRE_SAYING(what, what.find("rank(s)") != std::string::npos);
+    RANK_REQUIRE_SAYING(what, took < 2s);
     // The communicator is poisoned: later ops fail at once with the cause.
     auto again = runOp(*comms[r], "broadcast", 2, buildBroadcastBinomial(a));
-    REQUIRE(again);
-    REQUIRE(std::string(again->what()).find("failed earlier") != std::string::npos);
+    RANK_REQUIRE_SAYING(what, again);
+    RANK_REQUIRE_SAYING(what, std::string(again->what()).find("failed earlier") != std::string::npos);
   });
 }
 
@@ -152,13 +154,12 @@ TEST_CASE("a dead peer fails every survivor's pending operation with a closed er
     a.buf = buf.data();
     a.count = buf.size();
     auto err = runOp(*comms[r], "all_reduce", 1, buildAllReduceRing(a));
-    REQUIRE(err);
+    RANK_REQUIRE(err);
     std::string what = err->what();
-    CAPTURE(what);
     // Rank 2 receives from the dead rank; rank 0 only waits on rank 2. Both
     // learn of the death at the next peer check instead of at the timeout.
-    REQUIRE(err->kind() == ErrorKind::PeerClosed);
-    REQUIRE(what.find("connection to rank 1 closed") != std::string::npos);
+    RANK_REQUIRE_SAYING(what, err->kind() == ErrorKind::PeerClosed);
+    RANK_REQUIRE_SAYING(what, what.find("connection to rank 1 closed") != std::string::npos);
   });
 }
 
@@ -172,8 +173,8 @@ TEST_CASE("ranks passing different element counts get a size error, not an overr
     a.count = buf.size();
     auto err = runOp(*comms[r], "broadcast", 3, buildBroadcastBinomial(a));
     if (r == 1) {
-      REQUIRE(err);
-      REQUIRE(std::string(err->what()).find("different sizes") != std::string::npos);
+      RANK_REQUIRE(err);
+      RANK_REQUIRE(std::string(err->what()).find("different sizes") != std::string::npos);
     }
   });
 }
@@ -181,11 +182,11 @@ TEST_CASE("ranks passing different element counts get a size error, not an overr
 TEST_CASE("RINGX_ALGO overrides the cost model and rejects unknown names") {
   CollArgs a{Collective::AllReduce, 0, 4, 0};
   a.count = 1 << 24;
-  REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+  RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
   a.count = 4;
-  REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "recursive_doubling");
-  REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
-  REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:ring,broadcast:binomial")).name == "ring");
+  RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "recursive_doubling");
+  RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
+  RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:ring,broadcast:binomial")).name == "ring");
   REQUIRE_THROWS_WITH(AlgoOverride("nope"), Catch::Contains("names no algorithm"));
   REQUIRE_THROWS_WITH(AlgoOverride("all_reduce:binomial"), Catch::Contains("choose from: ring"));
 }

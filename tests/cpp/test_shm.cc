@@ -22,7 +22,7 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
   std::vector<std::unique_ptr<Communicator>> comms;
   for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), CommOptions{}));
   onEachRank(size, [&](int r) {
-    REQUIRE(areas[r]);
+    RANK_REQUIRE(areas[r]);
     // Several calls in a row: chunk numbering and slot reuse carry across ops.
     for (int call = 0; call < 3; ++call) {
       std::vector<float> buf(count);
@@ -32,7 +32,7 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
       a.buf = buf.data();
       a.count = count;
       a.shm = areas[r].get();
-      REQUIRE_FALSE(runOp(*comms[r], "all_reduce", call, buildAllReduceShm(a)));
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_reduce", call, buildAllReduceShm(a)));
       for (size_t i = 0; i < count; ++i) {
         float want = 0;
         for (int q = 0; q < size; ++q) {
@@ -40,7 +40,7 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
           want = op == ReduceOp::Max ? std::max(want, v) : want + v;
         }
         if (op == ReduceOp::Avg) want /= size;
-        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
       }
     }
   });
@@ -50,5 +50,5 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
 TEST_CASE("shm area refuses a world whose ranks are not all on this host") {
   MemoryStore store;
   store.set("t/host/1", {'e', 'l', 's', 'e'});
-  REQUIRE(ShmArea::create(store, "t", 0, 2, 4096) == nullptr);
+  RANK_REQUIRE(ShmArea::create(store, "t", 0, 2, 4096) == nullptr);
 }

@@ -52,6 +52,42 @@ class MemoryStore : public Store {
   std::map<std::string, std::vector<uint8_t>> kv_;
 };
 
+// Catch2 v2's assertion macros are not thread-safe: code on rank threads
+// asserts through these, which take turns.
+inline std::mutex& assertionMutex() {
+  static std::mutex m;
+  return m;
+}
+#define RANK_REQUIRE(...)                                             \
+  do {                                                                \
+    std::lock_guard<std::mutex> rankAssertionLock(assertionMutex()); \
+    REQUIRE(__VA_ARGS__);                                             \
+  } while (false)
+#define RANK_REQUIRE_FALSE(...)                                       \
+  do {                                                                \
+    std::lock_guard<std::mutex> rankAssertionLock(assertionMutex()); \
+    REQUIRE_FALSE(__VA_ARGS__);                                       \
+  } while (false)
+#define RANK_FAIL(...)                                                \
+  do {                                                                \
+    std::lock_guard<std::mutex> rankAssertionLock(assertionMutex()); \
+    FAIL(__VA_ARGS__);                                                \
+  } while (false)
+// Checks that a call returned no error; the call itself runs outside the
+// lock, since it may wait for the other ranks.
+#define RANK_REQUIRE_NO_ERROR(...)                                            \
+  do {                                                                        \
+    auto rankError = (__VA_ARGS__);                                           \
+    RANK_REQUIRE_SAYING((rankError ? rankError->what() : "no error"), !rankError); \
+  } while (false)
+// A check whose failure report shows `what`.
+#define RANK_REQUIRE_SAYING(what, ...)                                \
+  do {                                                                \
+    std::lock_guard<std::mutex> rankAssertionLock(assertionMutex()); \
+    INFO(what);                                                       \
+    REQUIRE(__VA_ARGS__);                                             \
+  } while (false)
+
 // Runs fn(rank) on one thread per rank and rethrows the first failure.
 template <typename Fn>
 void onEachRank(int size, Fn fn) {

@@ -26,7 +26,7 @@ TEST_CASE("ucx transport delivers tagged messages of every size between two work
   MemoryStore store;
   onEachRank(2, [&](int r) {
     auto t = makeUcxTransport(store, r, 2, {});
-    REQUIRE(t->name() == "ucx");
+    RANK_REQUIRE(t->name() == "ucx");
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{8192}, size_t{4} << 20}) {
       std::vector<uint8_t> out(bytes), in(bytes, 0);
       std::iota(out.begin(), out.end(), uint8_t(r * 7));
@@ -37,15 +37,17 @@ TEST_CASE("ucx transport delivers tagged messages of every size between two work
         recvd = true;
       });
       t->isend(1 - r, 42, out.data(), bytes, MemoryKind::Host, [&](const TransferResult& res) {
-        REQUIRE(res.ok);
+        RANK_REQUIRE(res.ok);
         sent = true;
       });
-      REQUIRE(pumpUntil(*t, sent));
-      REQUIRE(pumpUntil(*t, recvd));
-      REQUIRE(got.ok);
-      REQUIRE(got.bytes == bytes);
-      REQUIRE(got.source == 1 - r);
-      for (size_t i = 0; i < bytes; ++i) REQUIRE(in[i] == uint8_t((1 - r) * 7 + i));
+      bool pumpedSend = pumpUntil(*t, sent);
+      RANK_REQUIRE(pumpedSend);
+      bool pumpedRecv = pumpUntil(*t, recvd);
+      RANK_REQUIRE(pumpedRecv);
+      RANK_REQUIRE(got.ok);
+      RANK_REQUIRE(got.bytes == bytes);
+      RANK_REQUIRE(got.source == 1 - r);
+      for (size_t i = 0; i < bytes; ++i) RANK_REQUIRE(in[i] == uint8_t((1 - r) * 7 + i));
     }
   });
 }
@@ -64,17 +66,19 @@ TEST_CASE("ucx transport matches receives from any source and reports the sender
           got = res;
           done = true;
         });
-        REQUIRE(pumpUntil(*t, done));
-        REQUIRE(got.ok);
-        REQUIRE(v == got.source * 100);
+        bool pumped = pumpUntil(*t, done);
+        RANK_REQUIRE(pumped);
+        RANK_REQUIRE(got.ok);
+        RANK_REQUIRE(v == got.source * 100);
         sources.insert(got.source);
       }
-      REQUIRE(sources == std::set<int>{1, 2});
+      RANK_REQUIRE(sources == std::set<int>{1, 2});
     } else {
       int v = r * 100;
       bool sent = false;
       t->isend(0, 5, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult&) { sent = true; });
-      REQUIRE(pumpUntil(*t, sent));
+      bool pumped = pumpUntil(*t, sent);
+      RANK_REQUIRE(pumped);
     }
     // Keep every worker alive until all traffic has landed.
     store.add("done", 1);
@@ -91,7 +95,8 @@ TEST_CASE("ucx transport fails a receive whose message is longer than its buffer
       std::vector<uint8_t> big(64, 1);
       bool sent = false;
       t->isend(1, 9, big.data(), big.size(), MemoryKind::Host, [&](const TransferResult&) { sent = true; });
-      REQUIRE(pumpUntil(*t, sent));
+      bool pumped = pumpUntil(*t, sent);
+      RANK_REQUIRE(pumped);
     } else {
       std::vector<uint8_t> small(16);
       bool done = false;
@@ -100,9 +105,10 @@ TEST_CASE("ucx transport fails a receive whose message is longer than its buffer
         got = res;
         done = true;
       });
-      REQUIRE(pumpUntil(*t, done));
-      REQUIRE_FALSE(got.ok);
-      REQUIRE(got.errorKind == ErrorKind::InvalidArgument);
+      bool pumped = pumpUntil(*t, done);
+      RANK_REQUIRE(pumped);
+      RANK_REQUIRE_FALSE(got.ok);
+      RANK_REQUIRE(got.errorKind == ErrorKind::InvalidArgument);
     }
     store.add("done", 1);
     bool never = false;
@@ -121,6 +127,7 @@ TEST_CASE("ucx transport cancels a pending receive and still runs its callback")
     done = true;
   });
   t->cancel(id);
-  REQUIRE(pumpUntil(*t, done));
-  REQUIRE_FALSE(got.ok);
+  bool pumped = pumpUntil(*t, done);
+  RANK_REQUIRE(pumped);
+  RANK_REQUIRE_FALSE(got.ok);
 }

@@ -11,7 +11,9 @@
 #include "core/reduce/reduce.h"
 #include "core/reduce/reduce_functors.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// ThreadSanitizer instruments the ifunc resolvers of target clones, which run
+// before its runtime is up: TSan builds get the portable loops only.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #include <immintrin.h>
 #define RINGX_X86_MULTIVERSION 1
 #endif
