@@ -1,0 +1,96 @@
+"""One rank of tests/python/test_multihost.py, started inside a network, pid and UTS
+namespace that plays one host.
+
+    multihost_rank.py OUT_DIR check|kill VICTIM TIMEOUT_S
+
+Writes OUT_DIR/rank<R>.json: the rank's hostname, the collectives it checked and, for
+"kill", what its pending all_reduce raised after VICTIM exited and when.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import ringx  # noqa: F401
+
+out_dir, mode, victim, timeout_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+torch.set_num_threads(1)
+dist.init_process_group("ringx", timeout=datetime.timedelta(seconds=timeout_s))
+r, n = dist.get_rank(), dist.get_world_size()
+report = {"rank": r, "host": os.uname().nodename, "checked": []}
+
+
+def save():
+    path = os.path.join(out_dir, f"rank{r}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f)
+    os.replace(path + ".tmp", path)
+
+
+def check(name, got, want):
+    assert torch.equal(got, want), f"rank {r} {name}: got {got.flatten()[:6]}, want {want.flatten()[:6]}"
+    report["checked"].append(name)
+
+
+for count in (8, 1 << 20):  # latency and bandwidth algorithms
+    t = torch.full((count,), float(r + 1))
+    dist.all_reduce(t)
+    check(f"all_reduce {count}", t, torch.full((count,), n * (n + 1) / 2))
+    t = torch.full((count,), float(r + 1))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    check(f"all_reduce max {count}", t, torch.full((count,), float(n)))
+
+b = torch.arange(300_000, dtype=torch.float64) if r == n - 1 else torch.zeros(300_000, dtype=torch.float64)
+dist.broadcast(b, n - 1)
+check("broadcast", b, torch.arange(300_000, dtype=torch.float64))
+
+g = torch.empty(n * 1000, dtype=torch.int64)
+dist.all_gather_into_tensor(g, torch.full((1000,), r, dtype=torch.int64))
+check("all_gather_into_tensor", g, torch.arange(n).repeat_interleave(1000))
+
+rs = torch.empty(1000)
+dist.reduce_scatter_tensor(rs, torch.arange(n * 1000, dtype=torch.float32))
+check("reduce_scatter_tensor", rs, torch.arange(r * 1000, (r + 1) * 1000, dtype=torch.float32) * n)
+
+a2a = torch.empty(n * 4, dtype=torch.int32)
+dist.all_to_all_single(a2a, torch.arange(n * 4, dtype=torch.int32) + 100 * r)
+check("all_to_all_single", a2a, torch.cat([torch.arange(r * 4, r * 4 + 4, dtype=torch.int32) + 100 * q
+                                            for q in range(n)]))
+
+recvd = torch.empty(50_000)
+reqs = [dist.isend(torch.full((50_000,), float(r)), (r + 1) % n), dist.irecv(recvd, (r - 1) % n)]
+for q in reqs:
+    q.wait()
+check("send/recv ring", recvd, torch.full((50_000,), float((r - 1) % n)))
+
+dist.barrier()
+report["checked"].append("barrier")
+save()
+
+if mode == "kill":
+    dist.barrier()
+    if r == victim:
+        os._exit(7)
+    t = torch.ones(8)
+    start = time.time()
+    try:
+        dist.all_reduce(t)
+        report["pending"] = {"ok": True}
+    except Exception as e:  # noqa: BLE001
+        report["pending"] = {"ok": False, "type": type(e).__name__, "msg": str(e), "seconds": time.time() - start}
+    save()
+    # Survivors leave together, so no survivor's exit is taken for another death.
+    deadline = time.time() + 4 * timeout_s
+    while time.time() < deadline and not all(os.path.exists(os.path.join(out_dir, f"rank{q}.json"))
+                                              and "pending" in json.load(open(os.path.join(out_dir, f"rank{q}.json")))
+                                              for q in range(n) if q != victim):
+        time.sleep(0.05)
+    dist.destroy_process_group()
+    os._exit(0)
+
+dist.destroy_process_group()
