@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <future>
 
@@ -68,6 +69,31 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 ProcessGroupRingx::~ProcessGroupRingx() = default;
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingx::getBackendOptions() {
+  return c10::make_intrusive<Options>("ringx", timeout_);
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                           const std::vector<int>& ranks,
+                                                           const c10::intrusive_ptr<Options>& opts) {
+  const std::string where = "ringx: split_group (rank " + std::to_string(rank_) + "): ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_) {
+      throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
+                            where + "rank " + std::to_string(ranks[i]) + " is out of range for a group of size " +
+                                std::to_string(size_));
+    }
+    if (std::find(ranks.begin(), ranks.begin() + long(i), ranks[i]) != ranks.begin() + long(i)) {
+      throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
+                            where + "rank " + std::to_string(ranks[i]) + " is listed twice");
+    }
+  }
+  auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  const auto timeout = opts ? opts->timeout : timeout_;
+  return c10::make_intrusive<ProcessGroupRingx>(store, int(me - ranks.begin()), int(ranks.size()), timeout);
+}
 
 void ProcessGroupRingx::abort() { comm_->abort("aborted"); }
 

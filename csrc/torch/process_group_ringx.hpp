@@ -43,6 +43,13 @@ class ProcessGroupRingx : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ringx"; }
 
+  // ProcessGroup.split_group: a new ringx group over `ranks` (ranks of this
+  // group) on the store torch prepared for it; ranks outside it get nullptr.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+
   // Reductions.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;

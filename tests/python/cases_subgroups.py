@@ -284,3 +284,16 @@ def worker_main_importing_ringx(rank, world_size, env, conn, log_path):
     if "ringx" in env.get("RINGX_TEST_BACKEND", ""):
         import ringx  # noqa: F401  (registers the backend)
     harness._worker_main(rank, world_size, env, conn, log_path)
+
+
+def pg_split_group_bad_ranks(ranks):
+    """ProcessGroup.split_group with an invalid rank list: (exception type, message),
+    then whether the default group still all_reduces correctly."""
+    try:
+        dist.group.WORLD.split_group(ranks, timeout=datetime.timedelta(seconds=10))
+        raised = None
+    except Exception as e:  # noqa: BLE001
+        raised = (type(e).__name__, str(e))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return {"raised": raised, "world_ok": t.item() == dist.get_world_size()}

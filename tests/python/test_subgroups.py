@@ -136,9 +136,6 @@ SPLITS = {
     "ProcessGroupGloo::split in torch 2.13 hangs intermittently when two split groups form "
     "at once (about 1 run in 4 with plain torchrun, 4 ranks split [0,2] / [1,3]: one rank "
     "never returns from split_group); the test passes under gloo when it does not hang"))
-@pytest.mark.xfail(harness.BACKEND == "ringx", strict=True, reason=(
-    "ringx does not implement Backend::split/getBackendOptions yet (issue 3 note); public "
-    "dist.split_group refuses CPU-only torch 2.13 for every backend anyway"))
 @pytest.mark.parametrize("ws", sorted(SPLITS), ids=lambda w: f"ws{w}")
 def test_pg_split_group(worlds, ws):
     colours = SPLITS[ws]
@@ -233,3 +230,14 @@ def test_mixed_backend_string_routes_cpu(mixed_world):
             if op in res and res[op] != v:
                 failures.append(f"{where}: {op} gave {res[op]}, expected {v}")
     assert not failures, refs.report(failures)
+
+
+@pytest.mark.skipif(harness.BACKEND != "ringx", reason="checks ringx's own error text")
+def test_pg_split_group_rejects_bad_ranks(worlds):
+    results = worlds.run(2, cases.pg_split_group_bad_ranks, ranks=[0, 7])
+    for r, res in enumerate(results):
+        assert res["raised"] is not None, f"rank {r}: split_group([0, 7]) returned"
+        etype, msg = res["raised"]
+        assert etype == "ValueError", f"rank {r}: {etype}: {msg}"
+        assert f"ringx: split_group (rank {r}): rank 7 is out of range for a group of size 2" in msg, msg
+        assert res["world_ok"], f"rank {r}: the default group broke after the rejected split"
