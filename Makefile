@@ -138,11 +138,12 @@ $(WHEEL_VENV_STAMP):
 SUMMARY_cpp-test := tests passed|tests failed|No tests were found
 SUMMARY_py-test := passed|failed|error|no tests ran
 SUMMARY_wheel-test := wheel smoke:
+SUMMARY_test-sanitize := test-sanitize:
 
 # Runs every suite even when one fails, then says which passed; fails if any did.
 test: sysdeps venv build
 	@mkdir -p build/logs; rc=0; results=(); \
-	for t in cpp-test py-test wheel-test; do \
+	for t in cpp-test py-test wheel-test test-sanitize; do \
 	  echo "======== $$t ========"; \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
 	  results+=("$$t|$$s"); \
@@ -151,7 +152,8 @@ test: sysdeps venv build
 	for r in "$${results[@]}"; do \
 	  t=$${r%%|*}; s=$${r##*|}; \
 	  case $$t in \
-	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; *) pat='$(SUMMARY_wheel-test)';; \
+	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
+	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \
 	  last=$$(grep -E "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
 	  printf '%-11s %-7s %s\n' "$$t" "$$s" "$$last"; \
