@@ -34,11 +34,13 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from ports import free_port  # noqa: E402  (tests/python/ports.py)
 
 KINDS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
          "reduce", "gather", "scatter", "send_recv")
@@ -362,12 +364,6 @@ def worker(args):
 
 
 # ---------------------------------------------------------------------------- the launcher
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(args):

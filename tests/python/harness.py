@@ -60,13 +60,14 @@ import multiprocessing
 import multiprocessing.connection as mpc
 import os
 import signal
-import socket
 import sys
 import tempfile
 import shutil
 import time
 import traceback
 import weakref
+
+from ports import free_port
 
 BACKEND = os.environ.get("RINGX_TEST_BACKEND", "ringx")
 
@@ -110,12 +111,6 @@ def _resolve(name: str):
     for part in qual.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- worker
