@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/common/error.h"
+#include "core/transport/shm/shm_area.h"
 
 namespace ringx {
 
@@ -23,10 +24,9 @@ struct Constants {
   double gammaUsPerByte = 1.0 / 5000.0;
   // Shared memory: a counter hand-off between ranks (a cache line moving
   // between cores, plus a yield when ranks outnumber cores), and one-core
-  // memcpy at about 10 GB/s. shmSlotBytes matches RINGX_SHM_BYTES' default.
+  // memcpy at about 10 GB/s.
   double shmSyncUs = 1.0;
   double copyUsPerByte = 1.0 / 10000.0;
-  double shmSlotBytes = 4 << 20;
 };
 constexpr Constants kCost{};
 
@@ -102,7 +102,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   if (alg.build == &buildAllReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy
     // in, 1/n of an n-way reduce, and copy out.
-    const double chunks = std::max(1.0, std::ceil(N / double(kCost.shmSlotBytes)));
+    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
     return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
