@@ -101,8 +101,17 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::split(const c10::intrusive_
   }
   auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
+  std::lock_guard<std::mutex> lock(splitMu_);
+  if (store == lastSplitStore_ && ranks == lastSplitRanks_) {
+    if (auto same = lastSplit_.lock()) return same;
+  }
   const auto timeout = opts ? opts->timeout : timeout_;
-  return c10::make_intrusive<ProcessGroupRingx>(store, int(me - ranks.begin()), int(ranks.size()), timeout);
+  c10::intrusive_ptr<c10d::Backend> group =
+      c10::make_intrusive<ProcessGroupRingx>(store, int(me - ranks.begin()), int(ranks.size()), timeout);
+  lastSplitStore_ = store;
+  lastSplitRanks_ = ranks;
+  lastSplit_ = c10::weak_intrusive_ptr<c10d::Backend>(group);
+  return group;
 }
 
 void ProcessGroupRingx::abort() { comm_->abort("aborted"); }

@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 
 #include "core/algorithms/coll_args.h"
@@ -139,6 +140,17 @@ class ProcessGroupRingx : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> p2pSeq_{0};
+
+  // torch calls split once per device type this backend serves (cpu and
+  // cuda), with the same store: the second call gets the group the first
+  // built instead of a second communicator. Two communicators per group
+  // cost a UCX context and threads each, and failed to connect in about one
+  // run in four of the split tests (UCX "ep_create failed"). Holding the
+  // store keeps its address from being reused by a later split.
+  std::mutex splitMu_;
+  c10::intrusive_ptr<c10d::Store> lastSplitStore_;
+  std::vector<int> lastSplitRanks_;
+  c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
 };
 
 }  // namespace ringx

@@ -287,8 +287,9 @@ class World:
     """N worker processes with an initialised default process group."""
 
     def __init__(self, size, backend=BACKEND, *, case_timeout=CASE_TIMEOUT,
-                 start_timeout=START_TIMEOUT, pg_timeout=PG_TIMEOUT, log_dir=None):
+                 start_timeout=START_TIMEOUT, pg_timeout=PG_TIMEOUT, log_dir=None, env=None):
         self.size = size
+        self.extra_env = dict(env or {})
         self.backend = backend
         self.case_timeout = case_timeout
         self.start_timeout = start_timeout
@@ -337,6 +338,7 @@ class World:
             ROLE_WORLD_SIZE=str(self.size), OMP_NUM_THREADS="1",
             RINGX_TEST_BACKEND=self.backend, RINGX_TEST_PG_TIMEOUT=str(self.pg_timeout),
         )
+        base_env.update(self.extra_env)
         procs, conns, logs = [], [], []
         try:
             for rank in range(self.size):

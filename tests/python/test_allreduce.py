@@ -75,14 +75,13 @@ SWEEP_COUNTS = list(range(0, 18)) + [31, 32, 33, 63, 64, 65, 127, 128, 129, 1023
                                      4095, 4096, 4097, 65535, 65536, 65537, 131073]
 
 
-@pytest.mark.parametrize("ws", WORLD_SIZES, ids=lambda w: f"ws{w}")
-def test_allreduce_count_sweep(worlds, ws):
-    """Counts around chunk and world-size boundaries, many collectives back to back."""
-    dtypes = ("float32", "int32")
-    results = worlds.run(ws, cases_allreduce.allreduce_counts, seed=SEED, counts=SWEEP_COUNTS,
-                         dtypes=dtypes)
+SWEEP_DTYPES = ("float32", "int32")
+
+
+def check_count_sweep(results, ws):
+    """Failure texts of cases_allreduce.allreduce_counts over SWEEP_COUNTS x SWEEP_DTYPES."""
     failures = []
-    for dtype in dtypes:
+    for dtype in SWEEP_DTYPES:
         for count in SWEEP_COUNTS:
             inputs = [refs.make_input(SEED, r, dtype, count, "SUM") for r in range(ws)]
             expected, tol = refs.reference_allreduce(inputs, dtype, "SUM")
@@ -91,6 +90,15 @@ def test_allreduce_count_sweep(worlds, ws):
                                    f"rank {r}: {dtype} SUM count {count} world {ws}", dtype)
                 if msg:
                     failures.append(msg)
+    return failures
+
+
+@pytest.mark.parametrize("ws", WORLD_SIZES, ids=lambda w: f"ws{w}")
+def test_allreduce_count_sweep(worlds, ws):
+    """Counts around chunk and world-size boundaries, many collectives back to back."""
+    results = worlds.run(ws, cases_allreduce.allreduce_counts, seed=SEED, counts=SWEEP_COUNTS,
+                         dtypes=SWEEP_DTYPES)
+    failures = check_count_sweep(results, ws)
     assert not failures, refs.report(failures)
 
 

@@ -14,6 +14,7 @@ the API does work.
 """
 
 import os
+import re
 
 import pytest
 import torch
@@ -233,6 +234,25 @@ def test_mixed_backend_string_routes_cpu(mixed_world):
 
 
 @pytest.mark.skipif(harness.BACKEND != "ringx", reason="checks ringx's own error text")
+@pytest.mark.skipif(harness.BACKEND != "ringx", reason="counts ringx's own log lines")
+def test_pg_split_group_builds_one_communicator_per_rank():
+    """torch calls Backend.split once per device type ringx serves (cpu, cuda); the
+    second call must reuse the first group, not build (and race to drop) another."""
+    world = harness.World(4, env={"RINGX_DEBUG": "INFO"})
+    try:
+        results = world.run(cases.pg_split_group, seed=SEED, color_of_rank=SPLITS[4])
+        failures = refs.errors_of(results, "ProcessGroup.split_group world 4")
+        for r, path in enumerate(world.logs):
+            with open(path, errors="replace") as f:
+                ups = re.findall(r"ringx: rank \d+/2 up", f.read())
+            if len(ups) != 1:
+                failures.append(f"rank {r}: {len(ups)} communicators built for its split group")
+        assert not failures, refs.report(failures)
+    finally:
+        world.close()
+        world.cleanup_logs()
+
+
 def test_pg_split_group_rejects_bad_ranks(worlds):
     results = worlds.run(2, cases.pg_split_group_bad_ranks, ranks=[0, 7])
     for r, res in enumerate(results):

@@ -1,0 +1,69 @@
+"""all_reduce correctness with each algorithm forced through RINGX_ALGO.
+
+The cost model picks one algorithm per size, so the default suite exercises each
+algorithm only where it wins.  Here every all_reduce algorithm runs the whole
+dtype x op matrix, odd and large counts and non-power-of-two worlds, and the
+worker logs (RINGX_DEBUG=INFO names the algorithm of every call) prove the forced
+algorithm is the one that ran.
+"""
+
+import re
+
+import pytest
+
+import cases_allreduce
+import harness
+import refs
+from test_allreduce import (LARGE, LARGE_DTYPES, LARGE_OPS, SEED, SWEEP_COUNTS, SWEEP_DTYPES,
+                            check_allreduce, check_count_sweep)
+
+pytestmark = pytest.mark.skipif(harness.BACKEND != "ringx", reason="RINGX_ALGO is ringx's")
+
+ALGORITHMS = ("ring", "recursive_doubling", "shm")
+WORLD_SIZES = (2, 3, 4)
+COUNTS = (0, 1, 7, 1000)
+ALGO_LINE = re.compile(r"ringx: all_reduce \(rank \d+, seq \d+\): algorithm (\w+), (\d+) bytes")
+
+
+def algorithms_used(world):
+    """{algorithm: number of all_reduce calls} over every rank's log."""
+    used = {}
+    for path in world.logs:
+        with open(path, errors="replace") as f:
+            for m in ALGO_LINE.finditer(f.read()):
+                used[m.group(1)] = used.get(m.group(1), 0) + 1
+    return used
+
+
+@pytest.fixture(params=[(a, ws) for a in ALGORITHMS for ws in WORLD_SIZES],
+                ids=lambda p: f"{p[0]}-ws{p[1]}")
+def forced_world(request):
+    algo, ws = request.param
+    world = harness.World(ws, env={"RINGX_ALGO": f"all_reduce:{algo}", "RINGX_DEBUG": "INFO"})
+    try:
+        yield algo, world
+    finally:
+        world.close()
+        world.cleanup_logs()
+
+
+def test_forced_algorithm_matches_reference(forced_world):
+    algo, world = forced_world
+    ws = world.size
+    failures = []
+    for dtype in refs.DTYPES:
+        for count in COUNTS:
+            ops = refs.ops_for(dtype)
+            results = world.run(cases_allreduce.allreduce_ops, seed=SEED, count=count, dtype=dtype, ops=ops)
+            failures += check_allreduce(results, ws, SEED, count, dtype, ops)
+    for dtype in LARGE_DTYPES:
+        ops = list(LARGE_OPS)
+        results = world.run(cases_allreduce.allreduce_ops, seed=SEED, count=LARGE, dtype=dtype, ops=ops)
+        failures += check_allreduce(results, ws, SEED, LARGE, dtype, ops)
+    results = world.run(cases_allreduce.allreduce_counts, seed=SEED, counts=SWEEP_COUNTS,
+                        dtypes=SWEEP_DTYPES)
+    failures += check_count_sweep(results, ws)
+    assert not failures, refs.report(failures)
+
+    used = algorithms_used(world)
+    assert set(used) == {algo}, f"RINGX_ALGO=all_reduce:{algo} but the logs show {used}"
