@@ -10,17 +10,34 @@ using namespace ringx;
 using namespace ringx::test;
 using namespace std::chrono_literals;
 
+namespace {
+
+// Loopback transports plus one shared-memory area per rank, as separate
+// processes would have them.
+struct ShmWorld {
+  explicit ShmWorld(int size, CommOptions options = {}) : world(makeLoopbackWorld(size)), areas(size) {
+    onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "t", r, size, 4096); });
+    for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), options));
+  }
+  // The communicators go first: their progress threads read the areas.
+  ~ShmWorld() { comms.clear(); }
+
+  LoopbackWorld world;
+  MemoryStore store;
+  std::vector<std::unique_ptr<ShmArea>> areas;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+}  // namespace
+
 TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeated calls") {
   auto size = GENERATE(2, 3, 4);
   auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011});
   auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg);
   CAPTURE(size, count, reduceOpName(op));
-  MemoryStore store;
-  auto world = makeLoopbackWorld(size);
-  std::vector<std::unique_ptr<ShmArea>> areas(size);
-  onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "t", r, size, 4096); });
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), CommOptions{}));
+  ShmWorld w(size);
+  auto& areas = w.areas;
+  auto& comms = w.comms;
   onEachRank(size, [&](int r) {
     RANK_REQUIRE(areas[r]);
     // Several calls in a row: chunk numbering and slot reuse carry across ops.
@@ -44,7 +61,68 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
       }
     }
   });
-  comms.clear();
+}
+
+TEST_CASE("shm broadcast delivers the root's buffer across chunks, roots and interleaved all_reduces") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  CAPTURE(size, count);
+  ShmWorld w(size);
+  auto& areas = w.areas;
+  auto& comms = w.comms;
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(areas[r]);
+    // Rotating roots with an all_reduce between broadcasts: both algorithms
+    // share the slots, so their chunk hand-offs must compose.
+    for (int call = 0; call < 2 * size; ++call) {
+      const int root = call % size;
+      std::vector<float> buf(count, -1.0f);
+      if (r == root) {
+        for (size_t i = 0; i < count; ++i) buf[i] = float(root * 1000 + int(i % 997) + call);
+      }
+      CollArgs b{Collective::Broadcast, r, size, uint64_t(2 * call)};
+      b.root = root;
+      b.buf = buf.data();
+      b.count = count;
+      b.shm = areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "broadcast", 2 * call, buildBroadcastShm(b)));
+      for (size_t i = 0; i < count; ++i) {
+        const float want = float(root * 1000 + int(i % 997) + call);
+        if (buf[i] != want) RANK_FAIL("rank " << r << " root " << root << " element " << i << " got " << buf[i]);
+      }
+      std::vector<float> sum(count / 3 + 1, float(r));
+      CollArgs s{Collective::AllReduce, r, size, uint64_t(2 * call + 1)};
+      s.buf = sum.data();
+      s.count = sum.size();
+      s.shm = areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_reduce", 2 * call + 1, buildAllReduceShm(s)));
+      const float want = float(size * (size - 1) / 2);
+      for (float v : sum) {
+        if (v != want) RANK_FAIL("rank " << r << " all_reduce after broadcast got " << v << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm broadcast fails on a rank whose tensor differs from the root's") {
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(500);
+  ShmWorld w(2, o);
+  auto& areas = w.areas;
+  auto& comms = w.comms;
+  onEachRank(2, [&](int r) {
+    std::vector<float> buf(r == 0 ? 10 : 12, 1.0f);
+    CollArgs b{Collective::Broadcast, r, 2, 0};
+    b.buf = buf.data();
+    b.count = buf.size();
+    b.shm = areas[r].get();
+    auto err = runOp(*comms[r], "broadcast", 0, buildBroadcastShm(b));
+    if (r == 1) {
+      const std::string what = err ? err->what() : "no error";
+      RANK_REQUIRE_SAYING(what, what.find("different sizes: this rank has 12 elements, the root (rank 0) has 10") !=
+                                    std::string::npos);
+    }
+  });
 }
 
 TEST_CASE("shm area refuses a world whose ranks are not all on this host") {

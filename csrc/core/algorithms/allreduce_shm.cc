@@ -22,8 +22,8 @@ namespace ringx {
 //      counter := 2 id;
 //   3. copy out: once every counter >= 2 id, copy every rank's reduced
 //      portion into the output.
-// A slot is rewritten two chunks later, after every peer has passed step 2
-// of the chunk in between and so finished reading it: no closing barrier.
+// A slot is rewritten two chunks later, once every rank has released the
+// chunk that used it last (ShmArea::slotFree): no closing barrier.
 //
 // Memory traffic per rank: N copied in, N/n x n read and N/n written by the
 // reduce, N copied out; no bytes on any wire.
@@ -85,13 +85,13 @@ Schedule buildAllReduceShm(const CollArgs& a) {
 
     prev = s.poll(
         [=] {
-          if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id) return false;
+          if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id || !shm->slotFree(id)) return false;
           std::memcpy(shm->slot(r, which), chunk, m * es);
           shm->header(r, which) = header;
           shm->counter(r).store(2 * id - 1, std::memory_order_release);
           return true;
         },
-        nullptr, {prev});
+        [=] { return shm->holdingSlot(id); }, {prev});
 
     prev = s.poll(
         [=] {
@@ -117,6 +117,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
             const size_t off = ring::chunkStart(m, n, q) * es, len = ring::chunkLen(m, n, q) * es;
             if (len) std::memcpy(chunk + off, shm->slot(q, which) + off, len);
           }
+          shm->released(r).store(id, std::memory_order_release);
           shm->chunksDone().store(id, std::memory_order_release);
           return true;
         },

@@ -29,6 +29,7 @@ std::string algorithmNames(Collective coll);
 Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildAllReduceShm(const CollArgs& a);
+Schedule buildBroadcastShm(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);
 Schedule buildReduceBinomial(const CollArgs& a);

@@ -105,6 +105,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
     return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
+  if (alg.build == &buildBroadcastShm) {
+    // A counter hand-off per chunk; the root's copy-in of one chunk overlaps
+    // the others' copy-out of the previous one.
+    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    return chunks * kCost.shmSyncUs + (N + N / chunks) * kCost.copyUsPerByte;
+  }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
     const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
     const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);

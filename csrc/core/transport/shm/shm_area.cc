@@ -18,9 +18,10 @@ namespace ringx {
 namespace {
 
 // Control block: the counter in the first cache line, the two slot headers
-// in the second.
+// in the second, the released chunk in the third.
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
+constexpr size_t kReleasedOffset = 128;
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);
@@ -82,6 +83,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     auto* base = static_cast<std::byte*>(m);
     area->counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
     area->headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
+    area->released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
     area->data_.push_back(base + kControlBytes);
   }
   // Once everyone has mapped every segment the names can go: nothing is left
@@ -115,6 +117,22 @@ std::vector<int> ShmArea::behind(uint64_t value) const {
   std::vector<int> ranks;
   for (int p = 0; p < size_; ++p) {
     if (counters_[p]->load(std::memory_order_acquire) < value) ranks.push_back(p);
+  }
+  return ranks;
+}
+
+bool ShmArea::slotFree(uint64_t id) const {
+  if (id <= 2) return true;
+  for (int p = 0; p < size_; ++p) {
+    if (released_[p]->load(std::memory_order_acquire) < id - 2) return false;
+  }
+  return true;
+}
+
+std::vector<int> ShmArea::holdingSlot(uint64_t id) const {
+  std::vector<int> ranks;
+  for (int p = 0; p < size_ && id > 2; ++p) {
+    if (released_[p]->load(std::memory_order_acquire) < id - 2) ranks.push_back(p);
   }
   return ranks;
 }

@@ -50,6 +50,14 @@ class ShmArea {
   // The ranks whose counter is still below `value`.
   std::vector<int> behind(uint64_t value) const;
 
+  // The last chunk a rank has finished reading every slot for. A rank may
+  // rewrite its slot for chunk `id` (the slot of chunk id - 2) once every
+  // rank has released id - 2: this lets one rank fill the next chunk while
+  // the others still read the current one, whatever the algorithm.
+  std::atomic<uint64_t>& released(int rank) const { return *released_[rank]; }
+  bool slotFree(uint64_t id) const;
+  std::vector<int> holdingSlot(uint64_t id) const;
+
   // Chunks are numbered across all ops that use the area, in submission
   // order, so every rank agrees on each chunk's slot and counter values.
   uint64_t reserveChunks(uint64_t n) { return nextChunk_.fetch_add(n); }
@@ -67,6 +75,7 @@ class ShmArea {
   std::vector<void*> maps_;
   std::vector<std::byte*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
+  std::vector<std::atomic<uint64_t>*> released_;
   std::vector<SlotHeader*> headers_;
   std::atomic<uint64_t> nextChunk_{1};
   std::atomic<uint64_t> chunksDone_{0};
