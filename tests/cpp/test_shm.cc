@@ -104,6 +104,42 @@ TEST_CASE("shm broadcast delivers the root's buffer across chunks, roots and int
   });
 }
 
+TEST_CASE("shm reduce_scatter matches the closed form across chunks, ops and repeated calls") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(size, count, reduceOpName(op));
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(w.areas[r]);
+    for (int call = 0; call < 3; ++call) {
+      // Block j of rank q holds q * 10 + j + (i % 7) + call at element i.
+      std::vector<float> in(count * size), out(count, -1.0f);
+      for (int j = 0; j < size; ++j) {
+        for (size_t i = 0; i < count; ++i) in[j * count + i] = float(r * 10 + j + int(i % 7) + call);
+      }
+      CollArgs a{Collective::ReduceScatter, r, size, uint64_t(call)};
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "reduce_scatter", call, buildReduceScatterShm(a)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q = 0; q < size; ++q) {
+          float v = float(q * 10 + r + int(i % 7) + call);
+          want = op == ReduceOp::Max ? std::max(want, v) : want + v;
+        }
+        if (op == ReduceOp::Avg) want /= size;
+        if (op == ReduceOp::PremulSum) want *= 0.5f;
+        if (std::abs(out[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << out[i] << " want " << want);
+      }
+    }
+  });
+}
+
 TEST_CASE("shm broadcast fails on a rank whose tensor differs from the root's") {
   CommOptions o;
   o.timeout = std::chrono::milliseconds(500);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/algorithms/registry.h"
+#include "core/algorithms/shm_copy_in.h"
 #include "core/common/error.h"
 #include "core/patterns/ring.h"
 #include "core/transport/shm/shm_area.h"
@@ -32,29 +33,6 @@ namespace ringx {
 // slot's header with the copy-in; the reduce step compares every rank's
 // before touching their bytes, so ranks that passed different tensors fail
 // on every rank instead of reducing mismatched memory.
-namespace {
-
-void checkSameOp(const ShmArea& shm, int which, const ShmArea::SlotHeader& mine) {
-  for (int q = 0; q < shm.size(); ++q) {
-    const ShmArea::SlotHeader& theirs = shm.header(q, which);
-    if (theirs.opCount != mine.opCount) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "the ranks passed tensors of different sizes: this rank has " + std::to_string(mine.opCount) +
-                      " elements, rank " + std::to_string(q) + " has " + std::to_string(theirs.opCount));
-    }
-    if (theirs.dtype != mine.dtype || theirs.redop != mine.redop) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "the ranks passed different dtypes or reduce ops: this rank has " +
-                      std::string(dtypeName(DType(mine.dtype))) + " " +
-                      std::string(reduceOpName(ReduceOp(mine.redop))) + ", rank " + std::to_string(q) + " has " +
-                      std::string(dtypeName(DType(theirs.dtype))) + " " +
-                      std::string(reduceOpName(ReduceOp(theirs.redop))));
-    }
-  }
-}
-
-}  // namespace
-
 Schedule buildAllReduceShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op);
   s.setAlgorithm("shm");
@@ -83,20 +61,12 @@ Schedule buildAllReduceShm(const CollArgs& a) {
     std::byte* chunk = buf + k * chunkElems * es;
     const size_t m = ring::segmentLen(a.count, chunkElems, k);
 
-    prev = s.poll(
-        [=] {
-          if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id || !shm->slotFree(id)) return false;
-          std::memcpy(shm->slot(r, which), chunk, m * es);
-          shm->header(r, which) = header;
-          shm->counter(r).store(2 * id - 1, std::memory_order_release);
-          return true;
-        },
-        [=] { return shm->holdingSlot(id); }, {prev});
+    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, chunk, m * es); }, prev);
 
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
-          checkSameOp(*shm, which, header);
+          shm->checkSameOp(which, header);
           const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
           std::vector<const void*> srcs(n);
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + off;

@@ -111,6 +111,14 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
     return chunks * kCost.shmSyncUs + (N + N / chunks) * kCost.copyUsPerByte;
   }
+  if (alg.build == &buildReduceScatterRing) {
+    return (n - 1) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte));
+  }
+  if (alg.build == &buildReduceScatterShm) {
+    // N is one block: every rank copies in n blocks and reduces one from n.
+    const double chunks = std::max(1.0, std::ceil(n * N / double(a.shm->slotBytes())));
+    return chunks * 2 * kCost.shmSyncUs + n * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
+  }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
     const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
     const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);

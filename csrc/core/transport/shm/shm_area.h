@@ -43,6 +43,10 @@ class ShmArea {
     uint32_t redop;
   };
 
+  // Throws ErrorKind::InvalidArgument naming the first rank whose header in
+  // slot `which` has another element count, dtype or reduce op than `mine`.
+  void checkSameOp(int which, const SlotHeader& mine) const;
+
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
   SlotHeader& header(int rank, int which) const { return headers_[rank][which]; }
   std::atomic<uint64_t>& counter(int rank) const { return *counters_[rank]; }

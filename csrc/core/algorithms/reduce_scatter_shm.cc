@@ -1,0 +1,75 @@
+#include <cstring>
+#include <vector>
+
+#include "core/algorithms/registry.h"
+#include "core/algorithms/shm_copy_in.h"
+#include "core/patterns/ring.h"
+#include "core/transport/shm/shm_area.h"
+
+namespace ringx {
+
+// Intra-host reduce-scatter through shared memory: the first half of the
+// two-shot all-reduce, reducing straight into the output.
+//
+// Terms: each of the n input blocks is cut into pieces of m elements such
+// that n pieces fill one slot; chunk k holds piece k of every block, block j's
+// piece at offset j m. Chunks are numbered like the all-reduce's and alternate
+// between the two slots. For each chunk:
+//   1. copy in: once every rank has released the chunk that last used the
+//      slot, copy piece k of each block into it; counter := 2 id - 1;
+//   2. reduce: once every counter >= 2 id - 1, reduce piece r of every rank's
+//      slot into the output in one fused n-way pass (float32 accumulation for
+//      16-bit types), scale for AVG and PREMUL_SUM, and release the chunk.
+//
+// Memory traffic per rank: N copied in, N/n x n read and N/n written.
+Schedule buildReduceScatterShm(const CollArgs& a) {
+  Schedule s(a.dtype, a.op);
+  s.setAlgorithm("shm");
+  if (a.count == 0) return s;
+  ShmArea* shm = a.shm;
+  const int n = a.size, r = a.rank;
+  const size_t es = dtypeSize(a.dtype);
+  auto* out = static_cast<std::byte*>(a.buf);
+  const auto* in = static_cast<const std::byte*>(a.input);
+  const ReduceNFn reduce = reduceNFn(a.dtype, a.op);
+  const DType dtype = a.dtype;
+  const double factor = a.op == ReduceOp::Avg ? 1.0 / n : a.op == ReduceOp::PremulSum ? a.premulFactor : 1.0;
+  const size_t pieceElems = shm->slotBytes() / (size_t(n) * es);
+  const size_t chunks = ring::numSegments(a.count, pieceElems);
+  const uint64_t first = shm->reserveChunks(chunks);
+  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
+
+  StepId prev = kNoStep;
+  for (size_t k = 0; k < chunks; ++k) {
+    const uint64_t id = first + k;
+    const int which = int(id % 2);
+    const size_t m = ring::segmentLen(a.count, pieceElems, k);
+    const size_t pieceOff = k * pieceElems * es;
+
+    prev = shmCopyIn(
+        s, shm, id, header,
+        [=](std::byte* slot) {
+          for (int j = 0; j < n; ++j) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
+        },
+        prev);
+
+    prev = s.poll(
+        [=] {
+          if (!shm->allReached(2 * id - 1)) return false;
+          shm->checkSameOp(which, header);
+          std::vector<const void*> srcs(n);
+          for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + size_t(r) * m * es;
+          std::byte* dst = out + pieceOff;
+          reduce(dst, srcs.data(), n, m);
+          if (factor != 1.0) scale(dst, m, dtype, factor);
+          shm->counter(r).store(2 * id, std::memory_order_release);
+          shm->released(r).store(id, std::memory_order_release);
+          shm->chunksDone().store(id, std::memory_order_release);
+          return true;
+        },
+        [=] { return shm->behind(2 * id - 1); }, {prev});
+  }
+  return s;
+}
+
+}  // namespace ringx
