@@ -2,6 +2,8 @@
 // mapping the others' segments as separate processes would.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
 #include "test_support.h"
@@ -135,6 +137,37 @@ TEST_CASE("shm reduce_scatter matches the closed form across chunks, ops and rep
         if (op == ReduceOp::Avg) want /= size;
         if (op == ReduceOp::PremulSum) want *= 0.5f;
         if (std::abs(out[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << out[i] << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm all_gather puts every rank's block in place, in and out of place, across chunks") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  auto inPlace = GENERATE(false, true);
+  CAPTURE(size, count, inPlace);
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(w.areas[r]);
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> in(count), out(count * size, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = float(r * 1000 + int(i % 997) + call);
+      CollArgs a{Collective::AllGather, r, size, uint64_t(call)};
+      if (inPlace) {
+        std::copy(in.begin(), in.end(), out.begin() + long(r * count));
+      } else {
+        a.input = in.data();
+      }
+      a.buf = out.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_gather", call, buildAllGatherShm(a)));
+      for (int q = 0; q < size; ++q) {
+        for (size_t i = 0; i < count; ++i) {
+          const float want = float(q * 1000 + int(i % 997) + call);
+          if (out[q * count + i] != want) RANK_FAIL("rank " << r << " block " << q << " element " << i << " got " << out[q * count + i]);
+        }
       }
     }
   });

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/algorithms/registry.h"
-#include "core/algorithms/shm_copy_in.h"
+#include "core/algorithms/shm_steps.h"
 #include "core/common/error.h"
 #include "core/patterns/ring.h"
 #include "core/transport/shm/shm_area.h"
@@ -50,16 +50,11 @@ Schedule buildAllReduceShm(const CollArgs& a) {
   const ReduceNFn reduce = reduceNFn(a.dtype, a.op);
   const DType dtype = a.dtype;
   const double avg = a.op == ReduceOp::Avg ? 1.0 / n : 1.0;
-  const size_t chunkElems = shm->slotBytes() / es;
-  const size_t chunks = ring::numSegments(a.count, chunkElems);
-  const uint64_t first = shm->reserveChunks(chunks);
+  const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
   const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
 
-  for (size_t k = 0; k < chunks; ++k) {
-    const uint64_t id = first + k;
-    const int which = int(id % 2);
-    std::byte* chunk = buf + k * chunkElems * es;
-    const size_t m = ring::segmentLen(a.count, chunkElems, k);
+  chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
+    std::byte* chunk = buf + start * es;
 
     prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, chunk, m * es); }, prev);
 
@@ -87,12 +82,11 @@ Schedule buildAllReduceShm(const CollArgs& a) {
             const size_t off = ring::chunkStart(m, n, q) * es, len = ring::chunkLen(m, n, q) * es;
             if (len) std::memcpy(chunk + off, shm->slot(q, which) + off, len);
           }
-          shm->released(r).store(id, std::memory_order_release);
-          shm->chunksDone().store(id, std::memory_order_release);
+          shm->finishChunk(id);
           return true;
         },
         [=] { return shm->behind(2 * id); }, {prev});
-  }
+  });
   return s;
 }
 

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "core/algorithms/registry.h"
+#include "core/algorithms/shm_steps.h"
 #include "core/common/error.h"
-#include "core/patterns/ring.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -30,26 +30,20 @@ Schedule buildBroadcastShm(const CollArgs& a) {
   const int r = a.rank, root = a.root;
   const size_t es = dtypeSize(a.dtype);
   auto* buf = static_cast<std::byte*>(a.buf);
-  const size_t chunkElems = shm->slotBytes() / es;
-  const size_t chunks = ring::numSegments(a.count, chunkElems);
-  const uint64_t first = shm->reserveChunks(chunks);
+  const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
   const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), 0};
 
   StepId prev = kNoStep;
-  for (size_t k = 0; k < chunks; ++k) {
-    const uint64_t id = first + k;
-    const int which = int(id % 2);
-    std::byte* chunk = buf + k * chunkElems * es;
-    const size_t bytes = ring::segmentLen(a.count, chunkElems, k) * es;
+  chunks.forEach([&](uint64_t id, int which, size_t start, size_t len) {
+    std::byte* chunk = buf + start * es;
+    const size_t bytes = len * es;
     if (r == root) {
       prev = s.poll(
           [=] {
             if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id || !shm->slotFree(id)) return false;
             std::memcpy(shm->slot(r, which), chunk, bytes);
             shm->header(r, which) = header;
-            shm->counter(r).store(2 * id, std::memory_order_release);
-            shm->released(r).store(id, std::memory_order_release);
-            shm->chunksDone().store(id, std::memory_order_release);
+            shm->finishChunk(id);
             return true;
           },
           [=] { return shm->holdingSlot(id); }, {prev});
@@ -74,9 +68,7 @@ Schedule buildBroadcastShm(const CollArgs& a) {
                               std::to_string(root) + ") has " + std::string(dtypeName(DType(theirs.dtype))));
             }
             std::memcpy(chunk, shm->slot(root, which), bytes);
-            shm->counter(r).store(2 * id, std::memory_order_release);
-            shm->released(r).store(id, std::memory_order_release);
-            shm->chunksDone().store(id, std::memory_order_release);
+            shm->finishChunk(id);
             return true;
           },
           [=] {
@@ -85,7 +77,7 @@ Schedule buildBroadcastShm(const CollArgs& a) {
           },
           {prev});
     }
-  }
+  });
   return s;
 }
 

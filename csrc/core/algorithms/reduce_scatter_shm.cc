@@ -2,8 +2,7 @@
 #include <vector>
 
 #include "core/algorithms/registry.h"
-#include "core/algorithms/shm_copy_in.h"
-#include "core/patterns/ring.h"
+#include "core/algorithms/shm_steps.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -34,17 +33,12 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
   const ReduceNFn reduce = reduceNFn(a.dtype, a.op);
   const DType dtype = a.dtype;
   const double factor = a.op == ReduceOp::Avg ? 1.0 / n : a.op == ReduceOp::PremulSum ? a.premulFactor : 1.0;
-  const size_t pieceElems = shm->slotBytes() / (size_t(n) * es);
-  const size_t chunks = ring::numSegments(a.count, pieceElems);
-  const uint64_t first = shm->reserveChunks(chunks);
+  const ShmChunks chunks(shm, a.count, shm->slotBytes() / (size_t(n) * es));
   const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
 
   StepId prev = kNoStep;
-  for (size_t k = 0; k < chunks; ++k) {
-    const uint64_t id = first + k;
-    const int which = int(id % 2);
-    const size_t m = ring::segmentLen(a.count, pieceElems, k);
-    const size_t pieceOff = k * pieceElems * es;
+  chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
+    const size_t pieceOff = start * es;
 
     prev = shmCopyIn(
         s, shm, id, header,
@@ -62,13 +56,11 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
           std::byte* dst = out + pieceOff;
           reduce(dst, srcs.data(), n, m);
           if (factor != 1.0) scale(dst, m, dtype, factor);
-          shm->counter(r).store(2 * id, std::memory_order_release);
-          shm->released(r).store(id, std::memory_order_release);
-          shm->chunksDone().store(id, std::memory_order_release);
+          shm->finishChunk(id);
           return true;
         },
         [=] { return shm->behind(2 * id - 1); }, {prev});
-  }
+  });
   return s;
 }
 

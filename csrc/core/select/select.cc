@@ -111,6 +111,14 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
     return chunks * kCost.shmSyncUs + (N + N / chunks) * kCost.copyUsPerByte;
   }
+  if (alg.build == &buildAllGatherRing) {
+    return (n - 1) * (kCost.alphaUs + N * kCost.betaUsPerByte);
+  }
+  if (alg.build == &buildAllGatherShm) {
+    // N is one block: copied in once, and all n copied out.
+    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    return chunks * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
+  }
   if (alg.build == &buildReduceScatterRing) {
     return (n - 1) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte));
   }

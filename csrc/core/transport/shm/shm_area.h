@@ -60,6 +60,13 @@ class ShmArea {
   // the others still read the current one, whatever the algorithm.
   std::atomic<uint64_t>& released(int rank) const { return *released_[rank]; }
   bool slotFree(uint64_t id) const;
+  // This rank is done with chunk `id`: counter := 2 id, the chunk released,
+  // and the next chunk may start.
+  void finishChunk(uint64_t id) {
+    counter(rank_).store(2 * id, std::memory_order_release);
+    released(rank_).store(id, std::memory_order_release);
+    chunksDone_.store(id, std::memory_order_release);
+  }
   std::vector<int> holdingSlot(uint64_t id) const;
 
   // Chunks are numbered across all ops that use the area, in submission

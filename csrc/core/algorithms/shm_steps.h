@@ -1,4 +1,4 @@
-// The copy-in step the shared-memory algorithms share.
+// What the shared-memory algorithms share: their chunking and copy-in step.
 #pragma once
 
 #include <atomic>
@@ -7,9 +7,31 @@
 #include <utility>
 
 #include "core/engine/schedule.h"
+#include "core/patterns/ring.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
+
+// `count` elements cut into pieces of at most `pieceElems`, one chunk number
+// reserved for each (ShmArea::reserveChunks), so every rank agrees on each
+// chunk's slot and counter values.
+struct ShmChunks {
+  ShmChunks(ShmArea* shm, size_t count, size_t pieceElems)
+      : pieceElems(pieceElems), count(ring::numSegments(count, pieceElems)), total(count),
+        first(shm->reserveChunks(this->count)) {}
+
+  // Calls step(id, which slot, first element, elements) for each chunk.
+  template <typename Step>
+  void forEach(Step step) const {
+    for (size_t k = 0; k < count; ++k) step(first + k, int((first + k) % 2), k * pieceElems, len(k));
+  }
+  size_t len(size_t k) const { return ring::segmentLen(total, pieceElems, k); }
+
+  size_t pieceElems;
+  size_t count;
+  size_t total;
+  uint64_t first;
+};
 
 // Chunk `id` may fill this rank's slot once this rank has finished its
 // previous chunk (ops run in submission order) and every rank has released

@@ -1,0 +1,52 @@
+#include <cstring>
+
+#include "core/algorithms/registry.h"
+#include "core/algorithms/shm_steps.h"
+#include "core/transport/shm/shm_area.h"
+
+namespace ringx {
+
+// Intra-host all-gather through shared memory.
+//
+// Terms: this rank's block is cut into slot-sized pieces; chunk k is piece k,
+// numbered like the all-reduce's chunks and alternating between the two
+// slots. For each chunk:
+//   1. copy in: piece k of the input into this rank's slot (once every rank
+//      has released the chunk that last used it); counter := 2 id - 1;
+//   2. copy out: once every counter >= 2 id - 1, piece k of every rank's slot
+//      into that rank's block of the output; release the chunk.
+//
+// Memory traffic per rank: N/n copied in, N copied out (N the output); no
+// bytes on any wire.
+Schedule buildAllGatherShm(const CollArgs& a) {
+  Schedule s(a.dtype, a.op);
+  s.setAlgorithm("shm");
+  if (a.count == 0) return s;
+  ShmArea* shm = a.shm;
+  const int n = a.size, r = a.rank;
+  const size_t es = dtypeSize(a.dtype), blockBytes = a.count * es;
+  auto* out = static_cast<std::byte*>(a.buf);
+  const auto* in = a.input ? static_cast<const std::byte*>(a.input) : out + r * blockBytes;
+  const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
+  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), 0};
+
+  StepId prev = kNoStep;
+  chunks.forEach([&](uint64_t id, int which, size_t start, size_t len) {
+    const size_t off = start * es, bytes = len * es;
+
+    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + off, bytes); }, prev);
+
+    prev = s.poll(
+        [=] {
+          if (!shm->allReached(2 * id - 1)) return false;
+          shm->checkSameOp(which, header);
+          for (int q = 0; q < n; ++q) std::memcpy(out + q * blockBytes + off, shm->slot(q, which), bytes);
+          shm->finishChunk(id);
+          return true;
+        },
+        [=] { return shm->behind(2 * id - 1); }, {prev});
+  });
+  return s;
+}
+
+}  // namespace ringx
