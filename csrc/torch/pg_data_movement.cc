@@ -229,6 +229,7 @@ CollArgs ProcessGroupRingx::allToAllArgs(const Call& call, const at::Tensor& src
   a.input = src.data_ptr();
   a.buf = dst.data_ptr();
   a.count = size_t(src.numel());
+  a.evenSplits = outputSplitSizes.empty() && inputSplitSizes.empty();
   return a;
 }
 

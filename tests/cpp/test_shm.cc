@@ -173,6 +173,40 @@ TEST_CASE("shm all_gather puts every rank's block in place, in and out of place,
   });
 }
 
+TEST_CASE("shm all_to_all delivers every block to its rank across chunks and repeated calls") {
+  auto size = GENERATE(2, 3, 4);
+  auto block = GENERATE(size_t{1}, size_t{333}, size_t{7001});
+  CAPTURE(size, block);
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(w.areas[r]);
+    for (int call = 0; call < 3; ++call) {
+      // Rank q's block for rank j holds q * 100 + j * 10 + (i % 7) + call.
+      std::vector<float> in(block * size), out(block * size, -1.0f);
+      CollArgs a{Collective::AllToAll, r, size, uint64_t(call)};
+      for (int j = 0; j < size; ++j) {
+        for (size_t i = 0; i < block; ++i) in[j * block + i] = float(r * 100 + j * 10 + int(i % 7) + call);
+        a.sendBytes.push_back(block * sizeof(float));
+        a.recvBytes.push_back(block * sizeof(float));
+        a.sendOffsets.push_back(j * block * sizeof(float));
+        a.recvOffsets.push_back(j * block * sizeof(float));
+      }
+      a.evenSplits = true;
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = in.size();
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", call, buildAllToAllShm(a)));
+      for (int q = 0; q < size; ++q) {
+        for (size_t i = 0; i < block; ++i) {
+          const float want = float(q * 100 + r * 10 + int(i % 7) + call);
+          if (out[q * block + i] != want) RANK_FAIL("rank " << r << " block from " << q << " element " << i << " got " << out[q * block + i]);
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("shm broadcast fails on a rank whose tensor differs from the root's") {
   CommOptions o;
   o.timeout = std::chrono::milliseconds(500);

@@ -60,6 +60,9 @@ struct CollArgs {
   // all_to_all: bytes sent to / received from each rank, and where in
   // `input` / `buf` each rank's block starts.
   std::vector<size_t> sendBytes, sendOffsets, recvBytes, recvOffsets;
+  // all_to_all_single without split sizes: every block of every rank has the
+  // same size, which each rank knows without asking the others.
+  bool evenSplits = false;
   int root = 0;
   size_t segmentBytes = 256 * 1024;
   // Memory shared by all ranks when they are on one host; null otherwise.

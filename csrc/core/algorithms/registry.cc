@@ -8,6 +8,7 @@ namespace {
 
 bool always(const CollArgs&) { return true; }
 bool sharedMemory(const CollArgs& a) { return a.shm != nullptr; }
+bool sharedMemoryEvenBlocks(const CollArgs& a) { return a.shm != nullptr && a.evenSplits; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,
@@ -39,6 +40,10 @@ constexpr std::array kAlgorithms{
               "all ranks on one host", &sharedMemory, &buildReduceScatterShm},
     Algorithm{"pairwise", Collective::AllToAll, "every pair of ranks exchanges its blocks directly, all at once",
               "any split sizes", &always, &buildAllToAllPairwise},
+    Algorithm{"shm", Collective::AllToAll,
+              "each rank copies its blocks into shared memory and every rank copies out the ones addressed to it",
+              "all ranks on one host, all_to_all_single without split sizes", &sharedMemoryEvenBlocks,
+              &buildAllToAllShm},
     Algorithm{"binomial", Collective::Gather, "subtrees gather into contiguous runs on the way up a binomial tree",
               "any root", &always, &buildGatherBinomial},
     Algorithm{"binomial", Collective::Scatter, "subtree runs split off on the way down a binomial tree", "any root",

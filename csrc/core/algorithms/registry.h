@@ -31,6 +31,7 @@ Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildAllReduceShm(const CollArgs& a);
 Schedule buildBroadcastShm(const CollArgs& a);
 Schedule buildAllGatherShm(const CollArgs& a);
+Schedule buildAllToAllShm(const CollArgs& a);
 Schedule buildReduceScatterShm(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);

@@ -119,6 +119,11 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
     return chunks * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
   }
+  if (alg.build == &buildAllToAllShm) {
+    // N is the whole input: copied in once and out once.
+    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    return chunks * 2 * kCost.shmSyncUs + 2 * N * kCost.copyUsPerByte;
+  }
   if (alg.build == &buildReduceScatterRing) {
     return (n - 1) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte));
   }
