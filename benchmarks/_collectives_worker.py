@@ -365,6 +365,10 @@ def main(args):
     except RuntimeError:
         pass
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.pin == "cores":
+        # Before the process groups start their threads: they inherit it.
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     timeout = datetime.timedelta(seconds=args.pg_timeout)
     dist.init_process_group("gloo", timeout=timeout)
     out = open(args._out, "a") if rank == 0 else None

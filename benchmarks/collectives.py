@@ -65,6 +65,9 @@ def parse_args(argv=None):
                    help="gloo as torchrun launches it (LOCAL_WORLD_SIZE set), over TCP with the "
                         "shared-memory path off (LOCAL_WORLD_SIZE unset), or both; auto = both when "
                         "this torch's gloo has the shared-memory all_reduce, else torchrun only")
+    p.add_argument("--pin", default="none", choices=["none", "cores"],
+                   help="none: ranks float over the CPUs, as torchrun starts them (default); cores: rank r "
+                        "and every thread it starts on the r-th allowed CPU (modulo their number)")
     p.add_argument("--budget", type=float, default=0.25,
                    help="seconds of timed iterations per (collective, size, backend) (default 0.25)")
     p.add_argument("--min-iters", type=int, default=5)
@@ -293,7 +296,7 @@ def main():
                        f"torch {mach.get('torch')}, ringx {mach.get('ringx')} (repo at {mach.get('git', '?')})",
             "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
-            "gloo_labels": gloo_labels, "argv": sys.argv[1:],
+            "gloo_labels": gloo_labels, "argv": sys.argv[1:], "pin": args.pin,
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
     print(f"# {meta['machine']}")
     print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
@@ -304,6 +307,8 @@ def main():
                 "gloo-tcp": "gloo with LOCAL_WORLD_SIZE unset (shared-memory path off: TCP)"}
         for lb in gloo_labels:
             print(f"#   {lb:8s} = {desc[lb]}")
+    if args.pin == "cores":
+        print("# ranks pinned: rank r and its threads on the r-th allowed CPU (--pin cores)")
     if meta["env"]:
         print("# environment: " + " ".join(f"{k}={v}" for k, v in meta["env"].items()))
     print("# time = median over iterations of the slowest rank's time; p10/p90 of the same; "

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <future>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include "core/common/log.h"
@@ -42,6 +43,32 @@ size_t defaultShmSlotBytes() {
   return l2 > 0 ? std::clamp<size_t>(size_t(l2), 64 << 10, 4 << 20) : 512 << 10;
 }
 
+// When this host's ranks have no core to spare (LOCAL_WORLD_SIZE >= the CPUs
+// this process may use), a rank's progress thread shares a core anyway, and
+// the scheduler moving it and the rank's own thread between cores, apart or
+// onto the same one as another rank's, made small collectives 1-5x slower
+// from one run to the next. Pinned to CPU LOCAL_RANK (mod CPUs), the threads
+// of a rank stay together and those of different ranks apart; the thread
+// that calls ringx, woken by them, tends to follow. RINGX_PIN_THREADS=0 turns
+// it off; a process already confined to one CPU is left as it is.
+int threadCpu() {
+  const char* pin = std::getenv("RINGX_PIN_THREADS");
+  if (pin && std::string(pin) == "0") return -1;
+  const char* localRank = std::getenv("LOCAL_RANK");
+  const char* localSize = std::getenv("LOCAL_WORLD_SIZE");
+  if (!localRank || !localSize) return -1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  const long ranks = std::atol(localSize), rank = std::atol(localRank);
+  if (cpus.size() < 2 || ranks < long(cpus.size()) || rank < 0) return -1;
+  return cpus[size_t(rank) % cpus.size()];
+}
+
 }  // namespace
 
 size_t segmentBytesFromEnv() {
@@ -64,6 +91,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   CommOptions copts;
   copts.timeout = timeout;
   copts.spin = std::chrono::microseconds(envPositive("RINGX_SPIN_US", 50));
+  copts.cpu = threadCpu();
   try {
     const char* useShm = std::getenv("RINGX_SHM");
     if (!useShm || std::string(useShm) != "0") {

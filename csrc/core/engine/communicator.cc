@@ -1,5 +1,7 @@
 #include "core/engine/communicator.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -386,7 +388,18 @@ void Communicator::sleepUntilWork() {
   sleeping_ = false;
 }
 
+void Communicator::pinThisThread() const {
+  if (options_.cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(options_.cpu, &set);
+  if (int err = ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set)) {
+    RINGX_LOG(Warn, "ringx: could not pin a thread to CPU " << options_.cpu << ": " << std::strerror(err));
+  }
+}
+
 void Communicator::progressLoop() {
+  pinThisThread();
   auto idleSince = Clock::now();
   auto nextPeerCheck = Clock::now();
   for (;;) {
@@ -436,6 +449,7 @@ void Communicator::progressLoop() {
 }
 
 void Communicator::completionLoop() {
+  pinThisThread();
   for (;;) {
     std::function<void()> cb;
     {

@@ -33,6 +33,9 @@ namespace ringx {
 struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::chrono::microseconds spin{50};
+  // The CPU the progress and completion threads run on; -1 leaves them to
+  // the scheduler.
+  int cpu = -1;
 };
 
 class Communicator {
@@ -75,6 +78,7 @@ class Communicator {
   void checkDeadlines();
   void sleepUntilWork();
   void completionLoop();
+  void pinThisThread() const;
   void schedule(std::function<void()> job);
   std::string describeAwaited(const Active& a) const;
   std::vector<int> awaitedPeers(const Active& a) const;
