@@ -36,7 +36,7 @@ float input(int rank, size_t i) { return float((rank + 1) * 3 + int(i % 11)); }
 }  // namespace
 
 TEST_CASE("all_reduce sum and max agree with the closed form for every algorithm, size and count") {
-  auto algName = GENERATE(as<std::string>{}, "ring", "recursive_doubling");
+  auto algName = GENERATE(as<std::string>{}, "ring", "recursive_doubling", "rabenseifner");
   auto size = GENERATE(1, 2, 3, 4, 5, 7, 8);
   auto count = GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1003}, size_t{100003});
   auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg);
@@ -182,7 +182,10 @@ TEST_CASE("ranks passing different element counts get a size error, not an overr
 TEST_CASE("RINGX_ALGO overrides the cost model and rejects unknown names") {
   CollArgs a{Collective::AllReduce, 0, 4, 0};
   a.count = 1 << 24;
+  RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "rabenseifner");
+  a.size = 3;  // one rank folded in: the halving's bandwidth no longer pays
   RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+  a.size = 4;
   a.count = 4;
   RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "recursive_doubling");
   RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");

@@ -1,3 +1,4 @@
+#include "core/algorithms/fold.h"
 #include "core/algorithms/registry.h"
 
 namespace ringx {
@@ -20,29 +21,12 @@ Schedule buildAllReduceRecursiveDoubling(const CollArgs& a) {
   const size_t bytes = a.bytes();
   auto* buf = static_cast<std::byte*>(a.buf);
 
-  StepId last = kNoStep;
-  if (a.op == ReduceOp::PremulSum) {
-    s.setScaleFactor(a.premulFactor);
-    last = s.scale(buf, bytes);
-  }
-  if (n == 1 || a.count == 0) return s;
-
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  std::byte* tmp = s.scratch(bytes);
-  uint64_t msg = 0;
-
-  if (r >= p) {
-    s.send(r - p, collTag(a.seq, msg), buf, bytes, {last});
-    s.recv(r - p, collTag(a.seq, msg + 1), buf, bytes);
-    return s;
-  }
-  const bool hasExtra = r + p < n;
-  if (hasExtra) {
-    StepId in = s.recv(r + p, collTag(a.seq, msg), tmp, bytes);
-    last = s.reduce(buf, tmp, bytes, {in, last});
-  }
-  msg = 2;
+  const Fold fold = foldIn(s, a, buf, premultiply(s, a, buf));
+  if (fold.done) return s;
+  StepId last = fold.last;
+  std::byte* tmp = fold.tmp;
+  const int p = fold.p;
+  uint64_t msg = 2;
   for (int mask = 1; mask < p; mask <<= 1, ++msg) {
     const int partner = r ^ mask;
     // The receive may land only after the previous round's reduce read tmp.
@@ -54,7 +38,7 @@ Schedule buildAllReduceRecursiveDoubling(const CollArgs& a) {
     s.setScaleFactor(1.0 / n);
     last = s.scale(buf, bytes, {last});
   }
-  if (hasExtra) s.send(r + p, collTag(a.seq, 1), buf, bytes, {last});
+  foldOut(s, a, fold, buf, last);
   return s;
 }
 

@@ -132,6 +132,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(n * N / double(a.shm->slotBytes())));
     return chunks * 2 * kCost.shmSyncUs + n * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
   }
+  if (alg.build == &buildAllReduceRabenseifner) {
+    const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
+    const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
+    return 2 * std::log2(p) * kCost.alphaUs + 2 * (p - 1) / p * N * kCost.betaUsPerByte +
+           (p - 1) / p * N * kCost.gammaUsPerByte + fold;
+  }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
     const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
     const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
