@@ -31,20 +31,17 @@ Schedule buildAllGatherShm(const CollArgs& a) {
   const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), 0};
 
   StepId prev = kNoStep;
-  chunks.forEach([&](uint64_t id, int which, size_t start, size_t len) {
+  chunks.forEach([&](uint64_t id, int, size_t start, size_t len) {
     const size_t off = start * es, bytes = len * es;
 
     prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + off, bytes); }, prev);
 
-    prev = s.poll(
-        [=] {
-          if (!shm->allReached(2 * id - 1)) return false;
-          shm->checkSameOp(which, header);
+    prev = shmReadAll(
+        s, shm, id, header,
+        [=](int which) {
           for (int q = 0; q < n; ++q) std::memcpy(out + q * blockBytes + off, shm->slot(q, which), bytes);
-          shm->finishChunk(id);
-          return true;
         },
-        [=] { return shm->behind(2 * id - 1); }, {prev});
+        prev);
   });
   return s;
 }

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/algorithms/fold.h"
+#include "core/algorithms/premultiply.h"
 #include "core/algorithms/registry.h"
 #include "core/patterns/ring.h"
 

@@ -1,4 +1,5 @@
 #include "core/algorithms/fold.h"
+#include "core/algorithms/premultiply.h"
 #include "core/algorithms/registry.h"
 
 namespace ringx {

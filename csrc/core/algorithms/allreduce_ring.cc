@@ -1,5 +1,6 @@
 #include <vector>
 
+#include "core/algorithms/premultiply.h"
 #include "core/algorithms/registry.h"
 #include "core/patterns/ring.h"
 
@@ -31,11 +32,7 @@ Schedule buildAllReduceRing(const CollArgs& a) {
   const size_t es = dtypeSize(a.dtype);
   auto* base = static_cast<std::byte*>(a.buf);
 
-  StepId pre = kNoStep;
-  if (a.op == ReduceOp::PremulSum) {
-    s.setScaleFactor(a.premulFactor);
-    pre = s.scale(base, a.count * es);
-  }
+  const StepId pre = premultiply(s, a, base);
   if (n == 1 || a.count == 0) return s;
 
   size_t segElems = std::max<size_t>(1, a.segmentBytes / es);

@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithms/premultiply.h"
 #include "core/algorithms/registry.h"
 #include "core/algorithms/shm_steps.h"
 #include "core/common/error.h"
@@ -40,11 +41,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype);
   auto* buf = static_cast<std::byte*>(a.buf);
-  StepId prev = kNoStep;
-  if (a.op == ReduceOp::PremulSum) {
-    s.setScaleFactor(a.premulFactor);
-    prev = s.scale(buf, a.bytes());
-  }
+  StepId prev = premultiply(s, a, buf);
   if (a.count == 0) return s;
 
   const ReduceNFn reduce = reduceNFn(a.dtype, a.op);

@@ -33,7 +33,7 @@ Schedule buildAllToAllShm(const CollArgs& a) {
   const std::vector<size_t> sendOffsets = a.sendOffsets, recvOffsets = a.recvOffsets;
 
   StepId prev = kNoStep;
-  chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
+  chunks.forEach([&](uint64_t id, int, size_t start, size_t m) {
     const size_t off = start * es, bytes = m * es;
     prev = shmCopyIn(
         s, shm, id, header,
@@ -41,15 +41,12 @@ Schedule buildAllToAllShm(const CollArgs& a) {
           for (int j = 0; j < n; ++j) std::memcpy(slot + j * bytes, in + sendOffsets[j] + off, bytes);
         },
         prev);
-    prev = s.poll(
-        [=] {
-          if (!shm->allReached(2 * id - 1)) return false;
-          shm->checkSameOp(which, header);
+    prev = shmReadAll(
+        s, shm, id, header,
+        [=](int which) {
           for (int q = 0; q < n; ++q) std::memcpy(out + recvOffsets[q] + off, shm->slot(q, which) + r * bytes, bytes);
-          shm->finishChunk(id);
-          return true;
         },
-        [=] { return shm->behind(2 * id - 1); }, {prev});
+        prev);
   });
   return s;
 }

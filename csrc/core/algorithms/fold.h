@@ -1,5 +1,5 @@
-// What the power-of-two all-reduces (recursive doubling, Rabenseifner) share:
-// PREMUL_SUM's scaling and the fold of the ranks beyond the power of two.
+// The fold of the power-of-two all-reduces (recursive doubling, Rabenseifner):
+// the ranks beyond the largest power of two hand their data to a partner.
 #pragma once
 
 #include <cstddef>
@@ -8,13 +8,6 @@
 #include "core/engine/schedule.h"
 
 namespace ringx {
-
-// PREMUL_SUM scales each rank's input before the sum; the step, or kNoStep.
-inline StepId premultiply(Schedule& s, const CollArgs& a, std::byte* buf) {
-  if (a.op != ReduceOp::PremulSum) return kNoStep;
-  s.setScaleFactor(a.premulFactor);
-  return s.scale(buf, a.bytes());
-}
 
 // With p the largest power of two <= n, ranks r >= p ("extras") send their
 // buffer to rank r - p (message 0) and get the result back from it

@@ -37,7 +37,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
   const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
 
   StepId prev = kNoStep;
-  chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
+  chunks.forEach([&](uint64_t id, int, size_t start, size_t m) {
     const size_t pieceOff = start * es;
 
     prev = shmCopyIn(
@@ -47,19 +47,16 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
         },
         prev);
 
-    prev = s.poll(
-        [=] {
-          if (!shm->allReached(2 * id - 1)) return false;
-          shm->checkSameOp(which, header);
+    prev = shmReadAll(
+        s, shm, id, header,
+        [=](int which) {
           std::vector<const void*> srcs(n);
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + size_t(r) * m * es;
           std::byte* dst = out + pieceOff;
           reduce(dst, srcs.data(), n, m);
           if (factor != 1.0) scale(dst, m, dtype, factor);
-          shm->finishChunk(id);
-          return true;
         },
-        [=] { return shm->behind(2 * id - 1); }, {prev});
+        prev);
   });
   return s;
 }

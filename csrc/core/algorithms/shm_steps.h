@@ -1,4 +1,5 @@
-// What the shared-memory algorithms share: their chunking and copy-in step.
+// What the shared-memory algorithms share: their chunking, the copy-in step,
+// and the step that reads every rank's copy.
 #pragma once
 
 #include <atomic>
@@ -50,6 +51,23 @@ StepId shmCopyIn(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader hea
         return true;
       },
       [=] { return shm->holdingSlot(id); }, {prev});
+}
+
+// Chunk `id` once every rank has copied it in: the headers are compared (so
+// ranks that passed different tensors fail instead of reading mismatched
+// bytes), `use(which)` reads the slots, and the chunk is released.
+template <typename Use>
+StepId shmReadAll(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader header, Use use, StepId prev) {
+  return s.poll(
+      [=] {
+        if (!shm->allReached(2 * id - 1)) return false;
+        const int which = int(id % 2);
+        shm->checkSameOp(which, header);
+        use(which);
+        shm->finishChunk(id);
+        return true;
+      },
+      [=] { return shm->behind(2 * id - 1); }, {prev});
 }
 
 }  // namespace ringx

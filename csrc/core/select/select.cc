@@ -95,6 +95,11 @@ std::string_view AlgoOverride::forCollective(Collective coll) const { return per
 double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double n = a.size, N = double(a.bytes());
   const double lg = std::ceil(std::log2(std::max(1.0, n)));
+  // Slot-sized chunks of `bytes`, for the shared-memory algorithms (a.shm set).
+  auto shmChunks = [&](double bytes) { return std::max(1.0, std::ceil(bytes / double(a.shm->slotBytes()))); };
+  // The power-of-two all-reduces: p ranks take part, the others fold in and out.
+  const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
+  const double foldUs = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
   if (alg.build == &buildAllReduceRing) {
     return 2 * (n - 1) * kCost.alphaUs + 2 * (n - 1) / n * N * kCost.betaUsPerByte +
            (n - 1) / n * N * kCost.gammaUsPerByte;
@@ -102,13 +107,13 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   if (alg.build == &buildAllReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy
     // in, 1/n of an n-way reduce, and copy out.
-    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    const double chunks = shmChunks(N);
     return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildBroadcastShm) {
     // A counter hand-off per chunk; the root's copy-in of one chunk overlaps
     // the others' copy-out of the previous one.
-    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    const double chunks = shmChunks(N);
     return chunks * kCost.shmSyncUs + (N + N / chunks) * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllGatherRing) {
@@ -116,12 +121,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   }
   if (alg.build == &buildAllGatherShm) {
     // N is one block: copied in once, and all n copied out.
-    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    const double chunks = shmChunks(N);
     return chunks * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllToAllShm) {
     // N is the whole input: copied in once and out once.
-    const double chunks = std::max(1.0, std::ceil(N / double(a.shm->slotBytes())));
+    const double chunks = shmChunks(N);
     return chunks * 2 * kCost.shmSyncUs + 2 * N * kCost.copyUsPerByte;
   }
   if (alg.build == &buildReduceScatterRing) {
@@ -129,19 +134,15 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   }
   if (alg.build == &buildReduceScatterShm) {
     // N is one block: every rank copies in n blocks and reduces one from n.
-    const double chunks = std::max(1.0, std::ceil(n * N / double(a.shm->slotBytes())));
+    const double chunks = shmChunks(n * N);
     return chunks * 2 * kCost.shmSyncUs + n * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
   }
   if (alg.build == &buildAllReduceRabenseifner) {
-    const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
-    const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
     return 2 * std::log2(p) * kCost.alphaUs + 2 * (p - 1) / p * N * kCost.betaUsPerByte +
-           (p - 1) / p * N * kCost.gammaUsPerByte + fold;
+           (p - 1) / p * N * kCost.gammaUsPerByte + foldUs;
   }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
-    const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
-    const double fold = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
-    return std::log2(p) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte)) + fold;
+    return std::log2(p) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte)) + foldUs;
   }
   return lg * (kCost.alphaUs + N * kCost.betaUsPerByte);
 }
