@@ -367,6 +367,17 @@ class World:
             cls = CaseTimeout if pending and not dead else CaseFailed
             raise cls(report)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def log_text(self, rank) -> str:
+        """Everything rank `rank` has written so far (all of its starts)."""
+        with open(self.logs[rank], errors="replace") as f:
+            return f.read()
+
     def close(self, grace=10.0):
         """Ask the workers to exit (destroying the process group); kill stragglers."""
         if not self.alive:

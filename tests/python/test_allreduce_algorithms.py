@@ -28,10 +28,9 @@ ALGO_LINE = re.compile(r"ringx: all_reduce \(rank \d+, seq \d+\): algorithm (\w+
 def algorithms_used(world):
     """{algorithm: number of all_reduce calls} over every rank's log."""
     used = {}
-    for path in world.logs:
-        with open(path, errors="replace") as f:
-            for m in ALGO_LINE.finditer(f.read()):
-                used[m.group(1)] = used.get(m.group(1), 0) + 1
+    for r in range(world.size):
+        for m in ALGO_LINE.finditer(world.log_text(r)):
+            used[m.group(1)] = used.get(m.group(1), 0) + 1
     return used
 
 
@@ -39,12 +38,8 @@ def algorithms_used(world):
                 ids=lambda p: f"{p[0]}-ws{p[1]}")
 def forced_world(request):
     algo, ws = request.param
-    world = harness.World(ws, env={"RINGX_ALGO": f"all_reduce:{algo}", "RINGX_DEBUG": "INFO"})
-    try:
+    with harness.World(ws, env={"RINGX_ALGO": f"all_reduce:{algo}", "RINGX_DEBUG": "INFO"}) as world:
         yield algo, world
-    finally:
-        world.close()
-        world.cleanup_logs()
 
 
 def test_forced_algorithm_matches_reference(forced_world):

@@ -20,12 +20,8 @@ WS = 2
 @pytest.mark.parametrize("setting", ["auto", "off"])
 def test_progress_threads_pinned_only_when_ranks_fill_the_cpus(setting):
     env = {"RINGX_PIN_THREADS": "0"} if setting == "off" else {}
-    world = harness.World(WS, env=env)
-    try:
+    with harness.World(WS, env=env) as world:
         results = world.run(cases_threads.pinned_threads)
-    finally:
-        world.close()
-        world.cleanup_logs()
     for r, res in enumerate(results):
         assert res["sum"] == WS, f"rank {r}: all_reduce gave {res['sum']}"
         cpus = res["cpus"]
