@@ -122,15 +122,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
   const at::Tensor& in = singleTensor(call.ctx, inputs);
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
-  if (isRoot) {
-    if (outputs.size() != 1) throwValueError(call.ctx, "the root expects one output list");
-    checkListLength(call.ctx, outputs[0].size(), "output");
-    for (size_t i = 0; i < outputs[0].size(); ++i) {
-      checkSameType(call.ctx, in, "the input", outputs[0][i], "output tensor " + std::to_string(i));
+  checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank), [&] {
+    if (isRoot) {
+      if (outputs.size() != 1) throwValueError(call.ctx, "the root expects one output list");
+      checkListLength(call.ctx, outputs[0].size(), "output");
+      for (size_t i = 0; i < outputs[0].size(); ++i) {
+        checkSameType(call.ctx, in, "the input", outputs[0][i], "output tensor " + std::to_string(i));
+      }
+    } else if (!outputs.empty() && !outputs[0].empty()) {
+      throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an output list");
     }
-  } else if (!outputs.empty() && !outputs[0].empty()) {
-    throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an output list");
-  }
+  });
   at::Tensor src = asParts(in).contiguous();
   at::Tensor flat = isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options()) : at::Tensor();
   CollArgs a = argsFor(call, Collective::Gather);
@@ -156,16 +158,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
   at::Tensor flat;
-  if (isRoot) {
-    if (inputs.size() != 1) throwValueError(call.ctx, "the root expects one input list");
-    checkListLength(call.ctx, inputs[0].size(), "input");
-    for (size_t i = 0; i < inputs[0].size(); ++i) {
-      checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
+  checkOnThisRankOnly(call, Collective::Scatter, int(opts.rootRank), [&] {
+    if (isRoot) {
+      if (inputs.size() != 1) throwValueError(call.ctx, "the root expects one input list");
+      checkListLength(call.ctx, inputs[0].size(), "input");
+      for (size_t i = 0; i < inputs[0].size(); ++i) {
+        checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
+      }
+    } else if (!inputs.empty() && !inputs[0].empty()) {
+      throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an input list");
     }
-    flat = flatCat(inputs[0]);
-  } else if (!inputs.empty() && !inputs[0].empty()) {
-    throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an input list");
-  }
+  });
+  if (isRoot) flat = flatCat(inputs[0]);
   Staged st = stage(asParts(out));
   CollArgs a = argsFor(call, Collective::Scatter);
   a.dtype = toDType(call.ctx, st.buf.scalar_type());

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "core/algorithms/identity.h"
 #include "core/common/log.h"
 #include "core/select/select.h"
 #include "core/transport/ucx/ucx_transport.h"
@@ -186,14 +187,33 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
   } catch (const Error& e) {
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
-  RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << alg->name << ", " << args.bytes() << " bytes");
-  return submitSchedule(call, alg->build(args), std::move(keepAlive), std::move(outputs), std::move(publish));
+  auto build = [&](uint64_t seq) {
+    CollArgs numbered = args;
+    numbered.seq = seq;
+    RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << alg->name << ", " << args.bytes() << " bytes");
+    return buildChecked(*alg, numbered);
+  };
+  return submitBuilt(call, build, std::move(keepAlive), std::move(outputs), std::move(publish));
 }
 
 c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Schedule schedule,
                                                                 std::vector<at::Tensor> keepAlive,
                                                                 std::vector<at::Tensor> outputs,
                                                                 std::function<void()> publish) {
+  return submitBuilt(
+      call, [&](uint64_t) { return std::move(schedule); }, std::move(keepAlive), std::move(outputs),
+      std::move(publish));
+}
+
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
+                                                             const std::function<Schedule(uint64_t seq)>& build,
+                                                             std::vector<at::Tensor> keepAlive,
+                                                             std::vector<at::Tensor> outputs,
+                                                             std::function<void()> publish) {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  call.ctx.seq = call.numbering->load() + 1;
+  Schedule schedule = build(call.ctx.seq);
+  call.numbering->store(call.ctx.seq);
   const std::string title = "ringx:" + call.ctx.op;
   auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, title.c_str(), keepAlive, std::move(outputs),
                                              call.ctx.seq);
@@ -203,8 +223,6 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
   op->timeout = call.timeout;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
   Op* raw = op.get();
-  uint64_t previous = call.ctx.seq - 1;
-  call.numbering->compare_exchange_strong(previous, call.ctx.seq);
   op->onDone = [work, raw](const Error* e) {
     work->setSourceRank(raw->recvSource);
     work->markDone(e);
@@ -218,6 +236,27 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
   return work;
 }
 
+void ProcessGroupRingx::checkOnThisRankOnly(Call& call, Collective coll, int root,
+                                            const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const c10::Error& e) {
+    CollArgs a = argsFor(call, coll);
+    a.root = root;
+    const std::string why = "this rank rejected its own arguments, which the other ranks could not check (" +
+                            std::string(e.what_without_backtrace()) +
+                            "); the group is no longer usable, create a new one";
+    submitBuilt(
+        call,
+        [&](uint64_t seq) {
+          a.seq = seq;
+          return buildRejection(a, why);
+        },
+        {}, {}, nullptr);
+    throw;
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOptions& opts) {
   Call call = begin("barrier", c10d::OpType::BARRIER, opts.timeout);
   return submit(call, argsFor(call, Collective::Barrier), {}, {}, nullptr);
@@ -228,18 +267,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOpt
 // any other (a rank that missed the barrier leaves the group out of step).
 void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   Call call = begin("monitored_barrier", c10d::OpType::BARRIER, opts.timeout);
-  Schedule arrive(DType::U8, ReduceOp::Sum), release(DType::U8, ReduceOp::Sum);
-  arrive.setAlgorithm("monitored");
-  release.setAlgorithm("monitored");
-  for (int p = 1; p < size_ && rank_ == 0; ++p) {
-    arrive.recv(p, collTag(call.ctx.seq, 0), nullptr, 0);
-    release.send(p, collTag(call.ctx.seq, 1), nullptr, 0);
-  }
-  if (rank_ != 0) {
-    arrive.send(0, collTag(call.ctx.seq, 0), nullptr, 0);
-    release.recv(0, collTag(call.ctx.seq, 1), nullptr, 0);
-  }
-  auto first = submitSchedule(call, std::move(arrive), {}, {}, nullptr);
+  // Both halves use the arrival's sequence number (tags 0 and 1); the
+  // release takes the next one, which nothing sends under.
+  uint64_t seq = 0;
+  auto arrive = [&](uint64_t s) {
+    seq = s;
+    Schedule sched(DType::U8, ReduceOp::Sum);
+    sched.setAlgorithm("monitored");
+    for (int p = 1; p < size_ && rank_ == 0; ++p) sched.recv(p, collTag(s, 0), nullptr, 0);
+    if (rank_ != 0) sched.send(0, collTag(s, 0), nullptr, 0);
+    return sched;
+  };
+  auto release = [&](uint64_t) {
+    Schedule sched(DType::U8, ReduceOp::Sum);
+    sched.setAlgorithm("monitored");
+    for (int p = 1; p < size_ && rank_ == 0; ++p) sched.send(p, collTag(seq, 1), nullptr, 0);
+    if (rank_ != 0) sched.recv(0, collTag(seq, 1), nullptr, 0);
+    return sched;
+  };
+  auto first = submitBuilt(call, arrive, {}, {}, nullptr);
   try {
     first->wait();
   } catch (const c10::DistBackendError&) {
@@ -255,7 +301,7 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     }
     throw;
   }
-  submitSchedule(call, std::move(release), {}, {}, nullptr)->wait();
+  submitBuilt(call, release, {}, {}, nullptr)->wait();
 }
 
 }  // namespace ringx

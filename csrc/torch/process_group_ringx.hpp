@@ -116,9 +116,10 @@ class ProcessGroupRingx : public c10d::Backend {
     std::atomic<uint64_t>* numbering;  // seq_ or p2pSeq_
   };
 
-  // A collective call: numbered with the next sequence number, which it takes
-  // only once it is submitted, so a call rejected for bad input leaves the
-  // ranks' numbering (and so their message tags) in step.
+  // A collective call. Its sequence number is taken only when it is
+  // submitted, so a call rejected for bad input on every rank leaves the
+  // ranks' numbering (and so their message tags) in step; ctx.seq is the
+  // number it would get, for messages until then.
   Call begin(const char* op, c10d::OpType type, std::chrono::milliseconds timeout);
   // A point-to-point call: numbered on its own, since ranks issue different
   // point-to-point traffic.
@@ -128,6 +129,20 @@ class ProcessGroupRingx : public c10d::Backend {
                                        std::vector<at::Tensor> outputs, std::function<void()> publish);
   c10::intrusive_ptr<WorkRingx> submitSchedule(Call& call, Schedule schedule, std::vector<at::Tensor> keepAlive,
                                                std::vector<at::Tensor> outputs, std::function<void()> publish);
+  // Numbers the call, builds its schedule for that number and hands it to
+  // the communicator, all under submitMu_: sequence numbers, shared-memory
+  // chunk ids and the communicator's queue then follow one order even when
+  // several threads issue collectives on this group.
+  c10::intrusive_ptr<WorkRingx> submitBuilt(Call& call, const std::function<Schedule(uint64_t seq)>& build,
+                                            std::vector<at::Tensor> keepAlive, std::vector<at::Tensor> outputs,
+                                            std::function<void()> publish);
+  // Runs argument checks that only this rank makes (a root's lists). If one
+  // throws, the call still takes its sequence number, so the ranks'
+  // numbering stays aligned, and the group is poisoned on this rank with the
+  // error; the ranks that exchange data with this one in that call are told
+  // and fail too (core/algorithms/identity.h: buildRejection). Then the
+  // check's exception propagates.
+  void checkOnThisRankOnly(Call& call, Collective coll, int root, const std::function<void()>& check);
   CollArgs argsFor(const Call& call, Collective coll) const;
   CollArgs allToAllArgs(const Call& call, const at::Tensor& src, const at::Tensor& dst,
                         const std::vector<int64_t>& outputSplitSizes,
@@ -138,6 +153,7 @@ class ProcessGroupRingx : public c10d::Backend {
   std::unique_ptr<ShmArea> shm_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
+  std::mutex submitMu_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> p2pSeq_{0};
 

@@ -159,3 +159,100 @@ TEST_CASE("dissemination barrier holds every rank until the last one arrives") {
     RANK_REQUIRE(arrived.load() == size);
   });
 }
+
+// torch's PREMUL_SUM: each rank scales its own input by its own factor, then
+// the scaled inputs are summed. Factors differ per rank here, so scaling the
+// finished sum by the local factor gives a different answer on every rank.
+TEST_CASE("PREMUL_SUM sums each rank's input scaled by that rank's own factor, in every reducing algorithm") {
+  auto size = GENERATE(1, 2, 3, 4, 5);
+  auto count = GENERATE(size_t{1}, size_t{13}, size_t{5001});
+  CAPTURE(size, count);
+  auto comms = makeWorld(size);
+  auto factor = [](int q) { return 0.5 * (q + 1); };
+  auto scaledSum = [&](size_t i) {
+    double want = 0;
+    for (int q = 0; q < size; ++q) want += factor(q) * value(q, i);
+    return want;
+  };
+  uint64_t seq = 0;
+  for (auto build : {&buildAllReduceRing, &buildAllReduceRecursiveDoubling, &buildAllReduceRabenseifner}) {
+    ++seq;
+    onEachRank(size, [&](int r) {
+      std::vector<double> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i);
+      CollArgs a{Collective::AllReduce, r, size, seq};
+      a.dtype = DType::F64;
+      a.op = ReduceOp::PremulSum;
+      a.premulFactor = factor(r);
+      a.buf = buf.data();
+      a.count = count;
+      a.segmentBytes = 2048;
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_reduce", seq, build(a)));
+      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == Approx(scaledSum(i)));
+    });
+  }
+  ++seq;
+  onEachRank(size, [&](int r) {
+    std::vector<double> in(count * size), out(count, -1);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+    const auto before = in;
+    CollArgs a{Collective::ReduceScatter, r, size, seq};
+    a.dtype = DType::F64;
+    a.op = ReduceOp::PremulSum;
+    a.premulFactor = factor(r);
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = count;
+    a.segmentBytes = 2048;
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce_scatter", seq, buildReduceScatterRing(a)));
+    RANK_REQUIRE(in == before);
+    for (size_t i = 0; i < count; ++i) RANK_REQUIRE(out[i] == Approx(scaledSum(r * count + i)));
+  });
+  for (int root = 0; root < size; ++root) {
+    ++seq;
+    onEachRank(size, [&](int r) {
+      std::vector<double> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i);
+      CollArgs a{Collective::Reduce, r, size, seq};
+      a.dtype = DType::F64;
+      a.op = ReduceOp::PremulSum;
+      a.premulFactor = factor(r);
+      a.buf = buf.data();
+      a.count = count;
+      a.root = root;
+      a.segmentBytes = 2048;
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce", seq, buildReduceBinomial(a)));
+      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == Approx(r == root ? scaledSum(i) : value(r, i)));
+    });
+  }
+}
+
+TEST_CASE("pairwise all_to_all with the output aliasing the input sends every block before it is overwritten") {
+  auto size = GENERATE(2, 3, 5);
+  auto block = GENERATE(size_t{1}, size_t{3000});
+  CAPTURE(size, block);
+  auto comms = makeWorld(size);
+  onEachRank(size, [&](int r) {
+    // Element k of the block for rank d is r * 100000 + d * 1000 + k % 1000.
+    std::vector<double> x(block * size);
+    for (int d = 0; d < size; ++d) {
+      for (size_t k = 0; k < block; ++k) x[d * block + k] = r * 100000 + d * 1000 + double(k % 1000);
+    }
+    CollArgs a{Collective::AllToAll, r, size, 7};
+    a.dtype = DType::F64;
+    for (int q = 0; q < size; ++q) {
+      a.sendOffsets.push_back(q * block * 8);
+      a.sendBytes.push_back(block * 8);
+    }
+    a.recvOffsets = a.sendOffsets;
+    a.recvBytes = a.sendBytes;
+    a.input = x.data();
+    a.buf = x.data();
+    a.count = x.size();
+    a.evenSplits = true;
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_to_all", 7, buildAllToAllPairwise(a)));
+    for (int s = 0; s < size; ++s) {
+      for (size_t k = 0; k < block; ++k) RANK_REQUIRE(x[s * block + k] == s * 100000 + r * 1000 + double(k % 1000));
+    }
+  });
+}

@@ -122,7 +122,7 @@ TEST_CASE("shm reduce_scatter matches the closed form across chunks, ops and rep
       }
       CollArgs a{Collective::ReduceScatter, r, size, uint64_t(call)};
       a.op = op;
-      a.premulFactor = 0.5;
+      a.premulFactor = 0.5 * (r + 1);  // each rank its own factor, as torch allows
       a.input = in.data();
       a.buf = out.data();
       a.count = count;
@@ -132,10 +132,10 @@ TEST_CASE("shm reduce_scatter matches the closed form across chunks, ops and rep
         float want = 0;
         for (int q = 0; q < size; ++q) {
           float v = float(q * 10 + r + int(i % 7) + call);
+          if (op == ReduceOp::PremulSum) v *= 0.5f * float(q + 1);
           want = op == ReduceOp::Max ? std::max(want, v) : want + v;
         }
         if (op == ReduceOp::Avg) want /= size;
-        if (op == ReduceOp::PremulSum) want *= 0.5f;
         if (std::abs(out[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << out[i] << " want " << want);
       }
     }
@@ -173,10 +173,11 @@ TEST_CASE("shm all_gather puts every rank's block in place, in and out of place,
   });
 }
 
-TEST_CASE("shm all_to_all delivers every block to its rank across chunks and repeated calls") {
+TEST_CASE("shm all_to_all delivers every block to its rank across chunks and repeated calls, in and out of place") {
   auto size = GENERATE(2, 3, 4);
   auto block = GENERATE(size_t{1}, size_t{333}, size_t{7001});
-  CAPTURE(size, block);
+  auto aliased = GENERATE(false, true);  // all_to_all_single(x, x)
+  CAPTURE(size, block, aliased);
   ShmWorld w(size);
   onEachRank(size, [&](int r) {
     RANK_REQUIRE(w.areas[r]);
@@ -193,10 +194,11 @@ TEST_CASE("shm all_to_all delivers every block to its rank across chunks and rep
       }
       a.evenSplits = true;
       a.input = in.data();
-      a.buf = out.data();
+      a.buf = aliased ? in.data() : out.data();
       a.count = in.size();
       a.shm = w.areas[r].get();
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", call, buildAllToAllShm(a)));
+      if (aliased) out = in;
       for (int q = 0; q < size; ++q) {
         for (size_t i = 0; i < block; ++i) {
           const float want = float(q * 100 + r * 10 + int(i % 7) + call);
@@ -222,8 +224,9 @@ TEST_CASE("shm broadcast fails on a rank whose tensor differs from the root's") 
     auto err = runOp(*comms[r], "broadcast", 0, buildBroadcastShm(b));
     if (r == 1) {
       const std::string what = err ? err->what() : "no error";
-      RANK_REQUIRE_SAYING(what, what.find("different sizes: this rank has 12 elements, the root (rank 0) has 10") !=
-                                    std::string::npos);
+      RANK_REQUIRE_SAYING(what, what.find("rank 0 called broadcast (root 0, float32, 10 elements, seq 0) where this rank "
+                                              "called broadcast (root 0, float32, 12 elements, seq 0); they "
+                                              "differ in the element count") != std::string::npos);
     }
   });
 }

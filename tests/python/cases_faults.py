@@ -7,8 +7,9 @@ words the message must contain).  ``where`` says which ranks can see the mistake
           anything is sent, so the group stays usable (misuse_all runs these in the
           persistent harness world, then checks that an all_reduce still works);
 * "root": only the root's arguments are wrong (a bad gather/scatter list); the root
-          rejects the call, and the other ranks, already in the collective, time out
-          (fault_scripts/bad_input.py runs these, each on its own subgroup);
+          rejects the call and poisons the group, and the other ranks, already in the
+          collective, fail when they exchange data with the root (it tells them) or
+          time out (fault_scripts/bad_input.py runs these, each on its own subgroup);
 * "non-root": the reverse: torch rejects the non-roots' arguments, the root times out.
 
 The functions take the group to use and run on every rank (``dist.get_rank()`` tells

@@ -28,7 +28,7 @@ Schedule buildAllGatherShm(const CollArgs& a) {
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = a.input ? static_cast<const std::byte*>(a.input) : out + r * blockBytes;
   const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
-  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), 0};
+  const ShmArea::SlotHeader header = identityOf(a);
 
   StepId prev = kNoStep;
   chunks.forEach([&](uint64_t id, int, size_t start, size_t len) {

@@ -48,7 +48,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
   const DType dtype = a.dtype;
   const double avg = a.op == ReduceOp::Avg ? 1.0 / n : 1.0;
   const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
-  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
+  const ShmArea::SlotHeader header = identityOf(a);
 
   chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
     std::byte* chunk = buf + start * es;

@@ -29,7 +29,7 @@ Schedule buildAllToAllShm(const CollArgs& a) {
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
   const ShmChunks chunks(shm, blockElems, shm->slotBytes() / (size_t(n) * es));
-  const ShmArea::SlotHeader header{blockElems, uint32_t(a.dtype), 0};
+  const ShmArea::SlotHeader header = identityOf(a);
   const std::vector<size_t> sendOffsets = a.sendOffsets, recvOffsets = a.recvOffsets;
 
   StepId prev = kNoStep;

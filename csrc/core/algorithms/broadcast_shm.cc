@@ -1,10 +1,8 @@
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "core/algorithms/registry.h"
 #include "core/algorithms/shm_steps.h"
-#include "core/common/error.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -19,9 +17,10 @@ namespace ringx {
 // fills chunk id + 1 while the others still copy chunk id out.
 //
 // Memory traffic: N copied in by the root, N copied out by each other rank;
-// no bytes on any wire. The root's header carries the element count and
-// dtype, so a rank that passed a different tensor fails instead of copying
-// the wrong number of bytes.
+// no bytes on any wire. The root's header carries the collective's identity
+// (core/common/identity.h), so a rank that passed a different tensor, root or
+// collective fails instead of copying the wrong bytes; the other ranks
+// publish theirs too, for ranks in another collective that wait on them.
 Schedule buildBroadcastShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op);
   s.setAlgorithm("shm");
@@ -31,7 +30,7 @@ Schedule buildBroadcastShm(const CollArgs& a) {
   const size_t es = dtypeSize(a.dtype);
   auto* buf = static_cast<std::byte*>(a.buf);
   const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
-  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), 0};
+  const ShmArea::SlotHeader header = identityOf(a);
 
   StepId prev = kNoStep;
   chunks.forEach([&](uint64_t id, int which, size_t start, size_t len) {
@@ -48,25 +47,23 @@ Schedule buildBroadcastShm(const CollArgs& a) {
           },
           [=] { return shm->holdingSlot(id); }, {prev});
     } else {
+      // Announce which collective this rank is in (header, counter 2 id - 1)
+      // so that a rank in another collective on the same chunk sees the
+      // mismatch instead of waiting for this rank forever.
       prev = s.poll(
           [=] {
-            if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id ||
-                shm->counter(root).load(std::memory_order_acquire) < 2 * id) {
-              return false;
-            }
-            const ShmArea::SlotHeader& theirs = shm->header(root, which);
-            if (theirs.opCount != header.opCount) {
-              throw Error(ErrorKind::InvalidArgument,
-                          "the ranks passed tensors of different sizes: this rank has " +
-                              std::to_string(header.opCount) + " elements, the root (rank " + std::to_string(root) +
-                              ") has " + std::to_string(theirs.opCount));
-            }
-            if (theirs.dtype != header.dtype) {
-              throw Error(ErrorKind::InvalidArgument,
-                          "the ranks passed tensors of different dtypes: this rank has " +
-                              std::string(dtypeName(DType(header.dtype))) + ", the root (rank " +
-                              std::to_string(root) + ") has " + std::string(dtypeName(DType(theirs.dtype))));
-            }
+            if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id || !shm->slotFree(id)) return false;
+            shm->header(r, which) = header;
+            shm->counter(r).store(2 * id - 1, std::memory_order_release);
+            return true;
+          },
+          [=] { return shm->holdingSlot(id); }, {prev});
+      prev = s.poll(
+          [=] {
+            const uint64_t rootAt = shm->counter(root).load(std::memory_order_acquire);
+            if (rootAt < 2 * id - 1) return false;
+            shm->checkSameOp(root, which, header);
+            if (rootAt < 2 * id) return false;
             std::memcpy(chunk, shm->slot(root, which), bytes);
             shm->finishChunk(id);
             return true;

@@ -3,42 +3,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
+#include "core/common/identity.h"
 #include "core/common/types.h"
 
 namespace ringx {
 
 class ShmArea;
-
-enum class Collective : uint8_t {
-  AllReduce,
-  Broadcast,
-  AllGather,
-  Reduce,
-  ReduceScatter,
-  AllToAll,
-  Gather,
-  Scatter,
-  Barrier,
-};
-inline constexpr int kNumCollectives = 9;
-
-constexpr std::string_view collectiveName(Collective c) {
-  switch (c) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::AllGather: return "all_gather";
-    case Collective::Reduce: return "reduce";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllToAll: return "all_to_all";
-    case Collective::Gather: return "gather";
-    case Collective::Scatter: return "scatter";
-    case Collective::Barrier: return "barrier";
-  }
-  return "?";
-}
 
 struct CollArgs {
   CollArgs(Collective coll, int rank, int size, uint64_t seq) : coll(coll), rank(rank), size(size), seq(seq) {}
@@ -77,6 +49,29 @@ inline constexpr uint64_t kTagIndexBits = 24;
 inline constexpr uint64_t kMaxTagIndex = (uint64_t{1} << kTagIndexBits) - 1;
 inline uint64_t collTag(uint64_t seq, uint64_t index) {
   return ((seq & 0xffffff) << kTagIndexBits) | (index & kMaxTagIndex);
+}
+// The message index of a collective's identity (algorithms stay below it).
+inline constexpr uint64_t kIdentityTagIndex = kMaxTagIndex;
+
+// The identity every rank must share for this call (see core/common/identity.h).
+// all_to_all with split sizes leaves the count out: the ranks' totals may
+// differ, and each block's length is checked by its receive instead. A
+// barrier is its kind and number alone.
+inline CollIdentity identityOf(const CollArgs& a) {
+  CollIdentity id;
+  id.seq = a.seq;
+  id.kind = uint8_t(a.coll);
+  if (a.coll == Collective::Barrier) return id;
+  id.dtype = uint8_t(a.dtype);
+  id.count = a.coll == Collective::AllToAll && !a.evenSplits ? 0 : a.count;
+  const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce ||
+                      a.coll == Collective::Gather || a.coll == Collective::Scatter;
+  id.root = rooted ? a.root : -1;
+  const bool reduction =
+      a.coll == Collective::AllReduce || a.coll == Collective::Reduce || a.coll == Collective::ReduceScatter;
+  id.op = reduction ? uint8_t(a.op) : 0;
+  id.flags = reduction ? kReduction : 0;
+  return id;
 }
 
 // Point-to-point tags: the top bit, then the user's 32-bit tag. Messages with

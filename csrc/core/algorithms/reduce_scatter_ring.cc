@@ -6,7 +6,8 @@
 namespace ringx {
 
 // Ring reduce-scatter, out of place: the input (n blocks of `count`) is only
-// read, and rank r ends with block r reduced over all ranks.
+// read (PREMUL_SUM reads a copy scaled by this rank's factor), and rank r
+// ends with block r reduced over all ranks.
 //
 // Terms: step s (0 <= s < n-1) sends the partial sum of block (r-s-1) to the
 // right and receives the partial sum of block (r-s-2) from the left, folding
@@ -24,13 +25,20 @@ Schedule buildReduceScatterRing(const CollArgs& a) {
   const size_t es = dtypeSize(a.dtype), blockBytes = a.count * es;
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
-  if (a.op == ReduceOp::PremulSum) s.setScaleFactor(a.premulFactor);
-  if (a.op == ReduceOp::Avg) s.setScaleFactor(1.0 / n);
-  const bool scaled = a.op == ReduceOp::PremulSum || (a.op == ReduceOp::Avg && n > 1);
   if (a.count == 0) return s;
+  // PREMUL_SUM scales each rank's own input by its own factor before the
+  // sum: into a scratch copy, since the input is only read.
+  StepId pre = kNoStep;
+  if (a.op == ReduceOp::PremulSum) {
+    s.setScaleFactor(a.premulFactor);
+    auto* scaled = s.scratch(size_t(n) * blockBytes);
+    pre = s.scale(scaled, size_t(n) * blockBytes, {s.copy(scaled, in, size_t(n) * blockBytes)});
+    in = scaled;
+  }
+  const bool avg = a.op == ReduceOp::Avg && n > 1;
+  if (avg) s.setScaleFactor(1.0 / n);
   if (n == 1) {
-    StepId c = s.copy(out, in, blockBytes);
-    if (scaled) s.scale(out, blockBytes, {c});
+    s.copy(out, in, blockBytes, {pre});
     return s;
   }
 
@@ -40,7 +48,7 @@ Schedule buildReduceScatterRing(const CollArgs& a) {
   const int right = ring::right(r, n), left = ring::left(r, n);
   std::byte* banks[2] = {s.scratch(blockBytes), s.scratch(blockBytes)};
   std::vector<StepId> bankRead[2] = {std::vector<StepId>(nseg, kNoStep), std::vector<StepId>(nseg, kNoStep)};
-  std::vector<StepId> partial(nseg, kNoStep);
+  std::vector<StepId> partial(nseg, pre);
 
   for (int step = 0; step < n - 1; ++step) {
     const int sendBlock = ring::mod(long(r) - step - 1, n);
@@ -58,8 +66,8 @@ Schedule buildReduceScatterRing(const CollArgs& a) {
       const size_t off = g * segElems * es, len = ring::segmentLen(a.count, segElems, g) * es;
       std::byte* dst = last ? out + off : fill + off;
       StepId got = s.recv(left, collTag(a.seq, step * nseg + g), dst, len, {last ? kNoStep : bankRead[step % 2][g]});
-      partial[g] = s.reduce(dst, in + recvBlock * blockBytes + off, len, {got});
-      if (last && scaled) s.scale(dst, len, {partial[g]});
+      partial[g] = s.reduce(dst, in + recvBlock * blockBytes + off, len, {got, pre});
+      if (last && avg) s.scale(dst, len, {partial[g]});
     }
   }
   return s;

@@ -15,10 +15,11 @@ namespace ringx {
 // piece at offset j m. Chunks are numbered like the all-reduce's and alternate
 // between the two slots. For each chunk:
 //   1. copy in: once every rank has released the chunk that last used the
-//      slot, copy piece k of each block into it; counter := 2 id - 1;
+//      slot, copy piece k of each block into it (scaled by this rank's own
+//      factor for PREMUL_SUM); counter := 2 id - 1;
 //   2. reduce: once every counter >= 2 id - 1, reduce piece r of every rank's
 //      slot into the output in one fused n-way pass (float32 accumulation for
-//      16-bit types), scale for AVG and PREMUL_SUM, and release the chunk.
+//      16-bit types), scale for AVG, and release the chunk.
 //
 // Memory traffic per rank: N copied in, N/n x n read and N/n written.
 Schedule buildReduceScatterShm(const CollArgs& a) {
@@ -32,9 +33,10 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
   const auto* in = static_cast<const std::byte*>(a.input);
   const ReduceNFn reduce = reduceNFn(a.dtype, a.op);
   const DType dtype = a.dtype;
-  const double factor = a.op == ReduceOp::Avg ? 1.0 / n : a.op == ReduceOp::PremulSum ? a.premulFactor : 1.0;
+  const double avg = a.op == ReduceOp::Avg ? 1.0 / n : 1.0;
+  const double premul = a.op == ReduceOp::PremulSum ? a.premulFactor : 1.0;
   const ShmChunks chunks(shm, a.count, shm->slotBytes() / (size_t(n) * es));
-  const ShmArea::SlotHeader header{a.count, uint32_t(a.dtype), uint32_t(a.op)};
+  const ShmArea::SlotHeader header = identityOf(a);
 
   StepId prev = kNoStep;
   chunks.forEach([&](uint64_t id, int, size_t start, size_t m) {
@@ -44,6 +46,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
         s, shm, id, header,
         [=](std::byte* slot) {
           for (int j = 0; j < n; ++j) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
+          if (premul != 1.0) scale(slot, size_t(n) * m, dtype, premul);
         },
         prev);
 
@@ -54,7 +57,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + size_t(r) * m * es;
           std::byte* dst = out + pieceOff;
           reduce(dst, srcs.data(), n, m);
-          if (factor != 1.0) scale(dst, m, dtype, factor);
+          if (avg != 1.0) scale(dst, m, dtype, avg);
         },
         prev);
   });

@@ -60,6 +60,13 @@ class Schedule {
     return id;
   }
 
+  // Makes an existing step also wait for `before`; only while the schedule
+  // is being built.
+  void addDependency(StepId before, StepId step) {
+    dependents_[before].push_back(step);
+    ++depCount_[step];
+  }
+
   StepId send(int peer, uint64_t tag, const void* src, size_t bytes, std::initializer_list<StepId> deps = {}) {
     return add({StepKind::Send, peer, tag, nullptr, src, bytes}, deps);
   }

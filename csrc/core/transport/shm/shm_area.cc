@@ -139,22 +139,12 @@ std::vector<int> ShmArea::holdingSlot(uint64_t id) const {
 }
 
 void ShmArea::checkSameOp(int which, const SlotHeader& mine) const {
-  for (int q = 0; q < size_; ++q) {
-    const SlotHeader& theirs = header(q, which);
-    if (theirs.opCount != mine.opCount) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "the ranks passed tensors of different sizes: this rank has " + std::to_string(mine.opCount) +
-                      " elements, rank " + std::to_string(q) + " has " + std::to_string(theirs.opCount));
-    }
-    if (theirs.dtype != mine.dtype || theirs.redop != mine.redop) {
-      throw Error(ErrorKind::InvalidArgument,
-                  "the ranks passed different dtypes or reduce ops: this rank has " +
-                      std::string(dtypeName(DType(mine.dtype))) + " " +
-                      std::string(reduceOpName(ReduceOp(mine.redop))) + ", rank " + std::to_string(q) + " has " +
-                      std::string(dtypeName(DType(theirs.dtype))) + " " +
-                      std::string(reduceOpName(ReduceOp(theirs.redop))));
-    }
-  }
+  for (int q = 0; q < size_; ++q) checkSameOp(q, which, mine);
+}
+
+void ShmArea::checkSameOp(int rank, int which, const SlotHeader& mine) const {
+  const SlotHeader theirs = header(rank, which);
+  if (theirs != mine) throw Error(ErrorKind::InvalidArgument, mismatch(mine, theirs, rank));
 }
 
 }  // namespace ringx

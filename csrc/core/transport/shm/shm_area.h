@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/identity.h"
 #include "core/common/store.h"
 
 namespace ringx {
@@ -34,18 +35,17 @@ class ShmArea {
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
 
-  // What a rank's op put in a slot, so peers can tell that the ranks passed
-  // different tensors (a size, dtype or op mismatch) instead of reducing
-  // mismatched bytes. Written before the counter is released.
-  struct SlotHeader {
-    uint64_t opCount;
-    uint32_t dtype;
-    uint32_t redop;
-  };
+  // Which collective a rank's chunk in a slot belongs to (kind, seq, root,
+  // op, dtype, count), so peers can tell that the ranks called different
+  // things instead of combining mismatched bytes. Written before the counter
+  // is released.
+  using SlotHeader = CollIdentity;
 
   // Throws ErrorKind::InvalidArgument naming the first rank whose header in
-  // slot `which` has another element count, dtype or reduce op than `mine`.
+  // slot `which` differs from `mine`, and what differs.
   void checkSameOp(int which, const SlotHeader& mine) const;
+  // The same for one rank's header.
+  void checkSameOp(int rank, int which, const SlotHeader& mine) const;
 
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
   SlotHeader& header(int rank, int which) const { return headers_[rank][which]; }

@@ -1,0 +1,37 @@
+#include "core/common/identity.h"
+
+namespace ringx {
+
+std::string describe(const CollIdentity& id) {
+  std::string s = std::string(collectiveName(Collective(id.kind))) + " (";
+  if (id.flags & kReduction) s += std::string(reduceOpName(ReduceOp(id.op))) + ", ";
+  if (id.root >= 0) s += "root " + std::to_string(id.root) + ", ";
+  if (Collective(id.kind) != Collective::Barrier) s += std::string(dtypeName(DType(id.dtype))) + ", ";
+  if (id.count) s += std::to_string(id.count) + (id.count == 1 ? " element, " : " elements, ");
+  return s + "seq " + std::to_string(id.seq) + ")";
+}
+
+std::string mismatch(const CollIdentity& mine, const CollIdentity& theirs, int theirRank) {
+  if (mine == theirs) return {};
+  if (theirs.flags & kRejected) {
+    return "rank " + std::to_string(theirRank) + " rejected its arguments to " + describe(theirs) +
+           " (its error says why) while this rank called " + describe(mine) +
+           "; the group is no longer usable, create a new one";
+  }
+  std::string what;
+  auto differs = [&](bool d, const char* field) {
+    if (d) what += std::string(what.empty() ? "" : ", ") + field;
+  };
+  differs(mine.kind != theirs.kind, "the collective");
+  differs(mine.seq != theirs.seq, "the sequence number (how many collectives each rank has called)");
+  differs(mine.root != theirs.root, "the root");
+  differs(mine.op != theirs.op || mine.flags != theirs.flags, "the reduce op");
+  differs(mine.dtype != theirs.dtype, "the dtype");
+  differs(mine.count != theirs.count, "the element count");
+  return "rank " + std::to_string(theirRank) + " called " + describe(theirs) + " where this rank called " +
+         describe(mine) + "; they differ in " + what +
+         ". Every rank must call the same collectives in the same order with the same root, reduce "
+         "op, dtype and size; the group is no longer usable, create a new one";
+}
+
+}  // namespace ringx
