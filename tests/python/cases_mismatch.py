@@ -22,7 +22,11 @@ def _outcome(fn):
 
 
 def _fresh_group(timeout_s):
-    return dist.new_group(timeout=datetime.timedelta(seconds=timeout_s))
+    g = dist.new_group(timeout=datetime.timedelta(seconds=timeout_s))
+    # Every rank has connected to the new group before any rank can destroy it (a
+    # rank joining a group its peer already tore down fails to connect).
+    dist.barrier()
+    return g
 
 
 def allreduce_vs_allgather(timeout_s=10.0):
