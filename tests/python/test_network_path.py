@@ -1,0 +1,98 @@
+"""The correctness suite's collectives on the network algorithms: RINGX_SHM=0 sends
+everything through UCX (ring, recursive doubling, Rabenseifner, binomial trees,
+pairwise all_to_all) even on one host, where the default picks the shared-memory
+algorithms.  Every collective at a small count and at >= 1 MiB, through the same test
+bodies and references as the default suite (called here with worlds of their own)."""
+
+import pytest
+
+import harness
+import test_allreduce as t_allreduce
+import test_broadcast as t_broadcast
+import test_collectives_alltoall as t_alltoall
+import test_collectives_barrier as t_barrier
+import test_collectives_coalesced as t_coalesced
+import test_collectives_gather as t_gather
+import test_collectives_reduce as t_reduce
+
+pytestmark = pytest.mark.skipif(harness.BACKEND != "ringx", reason="RINGX_SHM is ringx's")
+
+
+class NetworkWorlds:
+    """The `worlds` interface of conftest.py over worlds started with RINGX_SHM=0."""
+
+    def __init__(self):
+        self.worlds = {}
+
+    def run(self, size, fn, *, timeout=None, **kwargs):
+        if size not in self.worlds:
+            self.worlds[size] = harness.World(size, env={"RINGX_SHM": "0"})
+        return self.worlds[size].run(fn, timeout=timeout, **kwargs)
+
+    def close(self):
+        for w in self.worlds.values():
+            w.close()
+
+
+@pytest.fixture(scope="module")
+def net():
+    pool = NetworkWorlds()
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("ws,dtype,count", [(2, "float32", 7), (3, "bfloat16", 1000),
+                                            (3, "float32", t_allreduce.LARGE),
+                                            (4, "int64", t_allreduce.LARGE)])
+def test_allreduce(net, ws, dtype, count):
+    t_allreduce.test_allreduce(net, ws, dtype, count)
+
+
+@pytest.mark.parametrize("ws,dtype,count", [(3, "float64", 7), (3, "float32", t_broadcast.LARGE)])
+def test_broadcast(net, ws, dtype, count):
+    t_broadcast.test_broadcast(net, ws, dtype, count)
+
+
+# (3, "float32") also runs each test's count of 2**18 + 1 (1 MiB and 4 bytes).
+@pytest.mark.parametrize("ws,dtype", [(2, "int64"), (3, "float32")])
+def test_reduce(net, ws, dtype):
+    t_reduce.test_reduce(net, ws, dtype)
+
+
+@pytest.mark.parametrize("ws,dtype", [(2, "int64"), (3, "float32")])
+def test_reduce_scatter(net, ws, dtype):
+    t_reduce.test_reduce_scatter(net, ws, dtype)
+
+
+@pytest.mark.parametrize("ws,dtype", [(2, "bool"), (3, "float32")])
+def test_all_gather(net, ws, dtype):
+    t_gather.test_all_gather(net, ws, dtype)
+
+
+@pytest.mark.parametrize("ws,dtype", [(3, "float32")])
+def test_gather(net, ws, dtype):
+    t_gather.test_gather(net, ws, dtype)
+
+
+@pytest.mark.parametrize("ws,dtype", [(3, "float32")])
+def test_scatter(net, ws, dtype):
+    t_gather.test_scatter(net, ws, dtype)
+
+
+@pytest.mark.parametrize("ws,dtype", [(2, "int64"), (3, "float32")])
+def test_all_to_all_single(net, ws, dtype):
+    t_alltoall.test_all_to_all_single(net, ws, dtype)
+
+
+def test_all_to_all_list(net):
+    t_alltoall.test_all_to_all_list(net, 3, "float32")
+
+
+def test_barriers(net):
+    t_barrier.test_many_barriers(net, 3)
+    t_barrier.test_barrier_waits_for_late_rank(net, 3)
+
+
+def test_all_reduce_coalesced(net):
+    t_coalesced.test_all_reduce_coalesced(net, 3, "float32", "SUM")
+    t_coalesced.test_coalescing_manager_reduce_scatter(net, 3, True)
