@@ -246,13 +246,20 @@ void ProcessGroupRingx::checkOnThisRankOnly(Call& call, Collective coll, int roo
     const std::string why = "this rank rejected its own arguments, which the other ranks could not check (" +
                             std::string(e.what_without_backtrace()) +
                             "); the group is no longer usable, create a new one";
-    submitBuilt(
-        call,
-        [&](uint64_t seq) {
-          a.seq = seq;
-          return buildRejection(a, why);
-        },
-        {}, {}, nullptr);
+    // Wait for the notices to leave (the op then fails by design), so that a
+    // caller who aborts the group right after the error does not cancel them.
+    try {
+      submitBuilt(
+          call,
+          [&](uint64_t seq) {
+            a.seq = seq;
+            return buildRejection(a, why);
+          },
+          {}, {}, nullptr)
+          ->wait();
+    } catch (const c10::Error&) {
+      // The expected failure, or the group was already shut down or aborted.
+    }
     throw;
   }
 }

@@ -14,7 +14,10 @@ std::string describe(const CollIdentity& id) {
 std::string mismatch(const CollIdentity& mine, const CollIdentity& theirs, int theirRank) {
   if (mine == theirs) return {};
   if (theirs.flags & kRejected) {
-    return "rank " + std::to_string(theirRank) + " rejected its arguments to " + describe(theirs) +
+    const std::string call = std::string(collectiveName(Collective(theirs.kind))) + " (" +
+                             (theirs.root >= 0 ? "root " + std::to_string(theirs.root) + ", " : "") + "seq " +
+                             std::to_string(theirs.seq) + ")";
+    return "rank " + std::to_string(theirRank) + " rejected its arguments to " + call +
            " (its error says why) while this rank called " + describe(mine) +
            "; the group is no longer usable, create a new one";
   }
