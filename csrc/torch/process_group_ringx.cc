@@ -156,17 +156,21 @@ c10d::ErrorType ProcessGroupRingx::getError() {
   }
 }
 
+// A timeout of zero asks for no waiting at all (monitored_barrier(timeout=0)
+// fails at once in gloo); the engine reads an op timeout of 0 as "the
+// communicator's default", so it becomes the shortest the engine keeps.
 std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout ? timeout_ : requested;
+  if (requested == c10d::kUnsetTimeout) return timeout_;
+  return std::max(requested, std::chrono::milliseconds(1));
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType type,
                                                  std::chrono::milliseconds timeout) {
-  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_};
+  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_, op, {}};
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
-  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_};
+  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}};
 }
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
@@ -194,14 +198,18 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
                                                                 std::vector<at::Tensor> keepAlive,
                                                                 std::vector<at::Tensor> outputs,
                                                                 std::function<void()> publish) {
-  const std::string title = "ringx:" + call.ctx.op;
-  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, title.c_str(), keepAlive, std::move(outputs),
-                                             call.ctx.seq);
+  const std::string title = "ringx:" + call.title;
+  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, call.title.empty() ? nullptr : title.c_str(),
+                                             std::move(call.recorded), std::move(outputs), call.ctx.seq);
   work->opName = call.ctx.op;
   work->publish = std::move(publish);
   auto op = std::make_unique<Op>(call.ctx.op, call.ctx.seq, std::move(schedule));
   op->timeout = call.timeout;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
+  if (held_) {
+    hold(call, std::move(work), std::move(op));
+    return {};
+  }
   Op* raw = op.get();
   uint64_t previous = call.ctx.seq - 1;
   call.numbering->compare_exchange_strong(previous, call.ctx.seq);
@@ -220,14 +228,17 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOptions& opts) {
   Call call = begin("barrier", c10d::OpType::BARRIER, opts.timeout);
+  call.recorded = {};
   return submit(call, argsFor(call, Collective::Barrier), {}, {}, nullptr);
 }
 
 // Rank 0 collects a zero-byte message from every rank, then releases them;
 // unlike barrier(), a missing rank is named. A timeout poisons the group like
 // any other (a rank that missed the barrier leaves the group out of step).
+// One profiler record per call, for the arrival.
 void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   Call call = begin("monitored_barrier", c10d::OpType::BARRIER, opts.timeout);
+  if (held_) throwValueError(call.ctx, "cannot run inside a coalescing block; call it after the block ends");
   Schedule arrive(DType::U8, ReduceOp::Sum), release(DType::U8, ReduceOp::Sum);
   arrive.setAlgorithm("monitored");
   release.setAlgorithm("monitored");
@@ -255,6 +266,7 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     }
     throw;
   }
+  call.title.clear();
   submitSchedule(call, std::move(release), {}, {}, nullptr)->wait();
 }
 
