@@ -23,20 +23,20 @@ void ProcessGroupRingx::startCoalescing() {
 // sequence number and so its own message tags.
 void ProcessGroupRingx::hold(Call& call, c10::intrusive_ptr<WorkRingx> work, std::unique_ptr<Op> op) {
   for (const auto& h : *held_) {
-    const Schedule& s = h.op->schedule;
-    if (s.reduces() && op->schedule.reduces() &&
-        (s.dtype() != op->schedule.dtype() || s.op() != op->schedule.op() ||
-         s.scaleFactor() != op->schedule.scaleFactor())) {
+    if (h.reduction && call.reduction && h.reduction != call.reduction) {
+      const auto& [dtype, redOp, factor] = *call.reduction;
+      const auto& [earlierDtype, earlierOp, earlierFactor] = *h.reduction;
       throwValueError(call.ctx, "reductions coalesced into one op must share dtype and reduce op (this one reduces " +
-                                    std::string(dtypeName(op->schedule.dtype())) + " with " +
-                                    std::string(reduceOpName(op->schedule.op())) + ", an earlier one " +
-                                    std::string(dtypeName(s.dtype())) + " with " +
-                                    std::string(reduceOpName(s.op())) + "); end the coalescing block between them");
+                                    std::string(dtypeName(dtype)) + " with " + std::string(reduceOpName(redOp)) +
+                                    ", an earlier one " + std::string(dtypeName(earlierDtype)) + " with " +
+                                    std::string(reduceOpName(earlierOp)) +
+                                    (factor != earlierFactor ? ", other PREMUL_SUM factors" : "") +
+                                    "); end the coalescing block between them");
     }
   }
   uint64_t previous = call.ctx.seq - 1;
   call.numbering->compare_exchange_strong(previous, call.ctx.seq);
-  held_->push_back(Held{std::move(work), std::move(op)});
+  held_->push_back(Held{std::move(work), std::move(op), call.reduction});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::endCoalescing() {

@@ -191,6 +191,10 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
   RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << alg->name << ", " << args.bytes() << " bytes");
+  if (args.coll == Collective::AllReduce || args.coll == Collective::Reduce ||
+      args.coll == Collective::ReduceScatter) {
+    call.reduction = std::make_tuple(args.dtype, args.op, args.premulFactor);
+  }
   return submitSchedule(call, alg->build(args), std::move(keepAlive), std::move(outputs), std::move(publish));
 }
 
@@ -228,7 +232,6 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Sche
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOptions& opts) {
   Call call = begin("barrier", c10d::OpType::BARRIER, opts.timeout);
-  call.recorded = {};
   return submit(call, argsFor(call, Collective::Barrier), {}, {}, nullptr);
 }
 
@@ -261,8 +264,9 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
       for (size_t i = 0; i < (waitAllRanks ? missing.size() : 1); ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
+      const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
       throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
-                        std::to_string(call.timeout.count()) + " ms");
+                        std::to_string(asked.count()) + " ms");
     }
     throw;
   }

@@ -41,6 +41,7 @@
 #include <mutex>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
@@ -140,12 +141,18 @@ class ProcessGroupRingx : public c10d::Backend {
     // user's input tensors, as ProcessGroupGloo records the same call.
     std::string title;
     std::vector<at::Tensor> recorded;
+    // What a reducing collective reduces; one op reduces one way only, so
+    // coalesced reductions must agree on it. Set from the call's arguments,
+    // not its schedule, so that every rank decides alike (a tree's leaves
+    // never reduce).
+    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
   };
 
   // A call's schedule held back between startCoalescing and endCoalescing.
   struct Held {
     c10::intrusive_ptr<WorkRingx> work;
     std::unique_ptr<Op> op;
+    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
   };
 
   // A collective call: numbered with the next sequence number, which it takes

@@ -44,25 +44,33 @@ def all_gather_coalesced(seed, dtype, shapes, async_op):
 
 # ---------------------------------------------------------------- monitored_barrier
 
-def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks):
-    """On a fresh subgroup of every rank, ranks in `busy` sleep busy_s before they call
-    monitored_barrier(timeout=timeout_ms); the others call it at once.  Returns
-    {"outcome": "returned" | (type, message), "seconds": time inside the call,
-     "sanity": all_reduce of ones on the default group afterwards}."""
+class _Skipped(Exception):
+    pass
+
+
+def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, late_call):
+    """On a fresh subgroup of every rank, ranks in `busy` sleep busy_s and then call
+    monitored_barrier(timeout=timeout_ms) if `late_call` (else skip it); the others call it
+    at once.  Returns {"outcome": "returned" | "skipped" | (type, message), "seconds": time
+    inside the call, "sanity": all_reduce of ones on the default group afterwards}."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(list(range(ws)))
     timeout = datetime.timedelta(milliseconds=timeout_ms)
+    out = {}
     if rank in busy:
         time.sleep(busy_s)
-    out = {}
     t0 = time.monotonic()
     try:
+        if rank in busy and not late_call:
+            raise _Skipped()
         if harness.BACKEND == "ringx":
             import ringx
             ringx.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
         else:
             dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
         out["outcome"] = "returned"
+    except _Skipped:
+        out["outcome"] = "skipped"
     except Exception as e:  # noqa: BLE001 - inspected by the parent
         out["outcome"] = (type(e).__name__, str(e))
     out["seconds"] = time.monotonic() - t0
@@ -199,6 +207,27 @@ def coalesced_with_device(seed, counts):
                                  "broadcast"], _closing_coalescing(run))
 
 
+def coalesced_mixed_reductions():
+    """Inside dist._coalescing_manager(device=cpu): a float32 reduce, then an int64 one,
+    which cannot share the float32 one's op. Returns the error of the second call, and
+    the float32 result once the block is closed."""
+    x = torch.full((3,), float(dist.get_rank() + 1))
+    cpu = torch.device("cpu")
+    out = {}
+    try:
+        with dist._coalescing_manager(device=cpu):
+            dist.reduce(x, dst=0)
+            dist.reduce(torch.ones(3, dtype=torch.int64), dst=0)
+        out["error"] = None
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["error"] = (type(e).__name__, str(e))
+        group = dist.group.WORLD
+        dist.distributed_c10d._world.pg_coalesce_state.pop(group, None)
+        group._end_coalescing(cpu).wait()
+    out["reduced"] = x
+    return out
+
+
 def batch_ring_exchange(seed, counts):
     """batch_isend_irecv: each rank sends one tensor per count to rank+1 and receives as
     many from rank-1, twice (sync wait on the returned works). Returns
@@ -227,14 +256,22 @@ def batch_ring_exchange(seed, counts):
 
 # ---------------------------------------------------------------- profiler records
 
-def _record(backend, fn):
-    """The profiler events of `backend` ("ringx" or "gloo") while fn runs:
-    [(name, input_shapes, count, is_async)] in order."""
-    with torch.autograd.profiler.profile(record_shapes=True) as prof:
-        fn()
+def _record(backend, fn, profiler):
+    """The events of `backend` ("ringx" or "gloo") that `profiler` ("autograd":
+    torch.autograd.profiler.profile, "kineto": torch.profiler.profile) recorded while fn
+    ran: [(name, input_shapes, count, is_async)] in order."""
+    if profiler == "autograd":
+        with torch.autograd.profiler.profile(record_shapes=True) as prof:
+            fn()
+        events = prof.function_events
+    else:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    record_shapes=True) as prof:
+            fn()
+        events = prof.events()
     prefix = backend + ":"
     return [(e.name[len(prefix):], [list(s) for s in e.input_shapes], e.count, e.is_async)
-            for e in prof.function_events if e.name.startswith(prefix)]
+            for e in events if e.name.startswith(prefix)]
 
 
 def _profiled_calls(rank, ws, group):
@@ -263,6 +300,7 @@ def _profiled_calls(rank, ws, group):
                                                group=group)),
         ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(t(2), t(2 * ws), group=group)),
         ("reduce_scatter", lambda: dist.reduce_scatter(t(3), [t(3) for _ in range(ws)], group=group)),
+        ("reduce_scatter_tensor_coalesced", lambda: _rs_coalesced(ws, group)),
         ("barrier", lambda: dist.barrier(group=group)),
         ("sparse_all_reduce", lambda: dist.all_reduce(t(4).to_sparse(), group=group)),
     ]
@@ -276,6 +314,12 @@ def _ag_coalesced(ws, group):
     with dist._coalescing_manager(group=group):
         dist.all_gather_into_tensor(torch.ones(2 * ws), torch.ones(2), group=group)
         dist.all_gather_into_tensor(torch.ones(3 * ws), torch.ones(3), group=group)
+
+
+def _rs_coalesced(ws, group):
+    with dist._coalescing_manager(group=group):
+        dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * ws), group=group)
+        dist.reduce_scatter_tensor(torch.ones(3), torch.ones(3 * ws), group=group)
 
 
 def _batch(rank, ws, group):
@@ -303,18 +347,19 @@ def _p2p(rank, group):
 def profiler_records(backends):
     """For each call of _profiled_calls, the events each backend in `backends` recorded
     ("ringx" on the default group, "gloo" on a gloo group of every rank).
-    Returns {backend: {call name: events}}."""
+    Returns {backend: {(profiler, call name): events}}."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     out = {}
     for backend in backends:
         group = None if backend == harness.BACKEND else dist.new_group(list(range(ws)), backend=backend)
         recs = {}
-        for name, fn in _profiled_calls(rank, ws, group):
-            try:
-                recs[name] = _record(backend, fn)
-            except Exception as e:  # noqa: BLE001 - inspected by the parent
-                recs[name] = ("raised", type(e).__name__, str(e))
-            dist.barrier()
+        for profiler in ("autograd", "kineto"):
+            for name, fn in _profiled_calls(rank, ws, group):
+                try:
+                    recs[(profiler, name)] = _record(backend, fn, profiler)
+                except Exception as e:  # noqa: BLE001 - inspected by the parent
+                    recs[(profiler, name)] = ("raised", type(e).__name__, str(e))
+                dist.barrier()
         out[backend] = recs
         if group is not None:
             dist.destroy_process_group(group)

@@ -59,15 +59,26 @@ def _names_rank(text, k):
     return re.search(pattern, text) is not None
 
 
+GLOO_WAIT_ALL_ZERO = pytest.mark.skipif(
+    harness.BACKEND == "gloo",
+    reason="with wait_all_ranks gloo hands each receive the whole timeout, and gloo reads 0 as "
+           "its default timeout")
+
+
 @pytest.mark.parametrize("ws,busy,timeout_ms,wait_all", [
     pytest.param(2, (1,), 0, False, id="ws2-timeout0"),
     pytest.param(2, (1,), 10, False, id="ws2-timeout10ms"),
-    pytest.param(3, (1, 2), 0, True, id="ws3-timeout0-wait_all_ranks"),
+    pytest.param(3, (1, 2), 10, True, id="ws3-timeout10ms-wait_all_ranks"),
+    pytest.param(3, (1, 2), 0, True, id="ws3-timeout0-wait_all_ranks", marks=GLOO_WAIT_ALL_ZERO),
 ])
 def test_monitored_barrier_short_timeout_fails_at_once(worlds, ws, busy, timeout_ms, wait_all):
+    """The busy ranks sleep, then (ringx) call the barrier late too: they must fail at once
+    as well, since rank 0 gave up. gloo's late ranks would wait for rank 0's release without
+    limit, so under gloo they skip the call."""
     busy_s = 2.0
     results = worlds.run(ws, cases.monitored_barrier_short_timeout, busy=list(busy),
-                         busy_s=busy_s, timeout_ms=timeout_ms, wait_all_ranks=wait_all, timeout=40)
+                         busy_s=busy_s, timeout_ms=timeout_ms, wait_all_ranks=wait_all,
+                         late_call=harness.BACKEND == "ringx", timeout=40)
     res0 = results[0]
     where = f"rank 0 (ranks {list(busy)} busy {busy_s} s, timeout {timeout_ms} ms, world {ws})"
     failures = []
@@ -86,6 +97,11 @@ def test_monitored_barrier_short_timeout_fails_at_once(worlds, ws, busy, timeout
         if harness.BACKEND == "ringx" and not text.startswith("ringx: monitored_barrier (rank 0"):
             failures.append(f"{where}: the error should start 'ringx: monitored_barrier (rank 0': "
                             f"{text!r}")
+    for r in busy:
+        res = results[r]
+        if res["outcome"] == "returned" or res["seconds"] > 1.0:
+            failures.append(f"rank {r} (busy, then late): monitored_barrier should fail at once; "
+                            f"got {res['outcome']!r} after {res['seconds']:.2f} s")
     for r, res in enumerate(results):
         if res["sanity"] != float(ws):
             failures.append(f"rank {r}: all_reduce on the default group afterwards gave "
@@ -135,6 +151,7 @@ def test_sparse_all_reduce_sum_matches_dense_reference(worlds, ws):
 COUNTS = (13, 0, 1, 300, 7)
 
 
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
 @pytest.mark.parametrize("ws", (1, 2, 3, 4), ids=_ids)
 def test_coalescing_manager_with_device_is_one_work(worlds, ws):
     results = worlds.run(ws, cases.coalesced_with_device, seed=SEED, counts=COUNTS)
@@ -160,6 +177,25 @@ def test_coalescing_manager_with_device_is_one_work(worlds, ws):
                                    "float32")
                 if msg:
                     failures.append(msg)
+    assert not failures, refs.report(failures)
+
+
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("ws", (1, 3), ids=_ids)
+def test_coalescing_refuses_reductions_of_another_dtype(worlds, ws):
+    results = worlds.run(ws, cases.coalesced_mixed_reductions)
+    failures = []
+    for r, res in enumerate(results):
+        err = res["error"]
+        if err is None or err[0] != "ValueError" or "share dtype and reduce op" not in err[1]:
+            failures.append(f"rank {r}: an int64 reduce after a float32 one in one coalescing "
+                            f"block should raise a ValueError that says they must share dtype "
+                            f"and reduce op; got {err!r}")
+        if r == 0:
+            want = torch.full((3,), float(ws * (ws + 1) // 2))
+            msg = refs.compare(res["reduced"], want, None, "rank 0: the float32 reduce", "float32")
+            if msg:
+                failures.append(msg)
     assert not failures, refs.report(failures)
 
 
@@ -190,11 +226,14 @@ def test_batch_isend_irecv_ring_exchange_is_one_work(worlds, ws):
 # ---------------------------------------------------------------- profiler records
 
 # Calls whose gloo records show how gloo implements them rather than the call: gloo runs
-# reduce_scatter_tensor as an all_reduce of the input, and the list reduce_scatter as one
-# all_reduce per input tensor. ringx records one event per call under the call's name.
+# reduce_scatter_tensor as an all_reduce of the input, and the list and coalesced
+# reduce-scatters as one all_reduce per input tensor. ringx records one event per call
+# under the call's name, over the same inputs.
 OWN_RECORDS = {
     "reduce_scatter_tensor": lambda ws: [("reduce_scatter_tensor", [[2 * ws]], 1, True)],
     "reduce_scatter": lambda ws: [("reduce_scatter", [[3]] * ws, 1, True)],
+    "reduce_scatter_tensor_coalesced":
+        lambda ws: [("reduce_scatter_tensor_coalesced", [[2 * ws], [3 * ws]], 1, True)],
 }
 
 
@@ -205,12 +244,12 @@ def test_profiler_records_match_gloo(worlds, ws):
     failures = []
     for r, res in enumerate(results):
         ringx, gloo = res["ringx"], res["gloo"]
-        for call, got in ringx.items():
-            label = f"rank {r}: world {ws}: {call}"
+        for (profiler, call), got in ringx.items():
+            label = f"rank {r}: world {ws}: {profiler} profiler: {call}"
             if call in OWN_RECORDS:
                 want = OWN_RECORDS[call](ws)
             else:
-                want = gloo[call]
+                want = gloo[(profiler, call)]
                 if isinstance(want, tuple):
                     failures.append(f"{label}: the gloo reference raised {want}")
                     continue
