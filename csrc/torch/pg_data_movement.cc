@@ -24,6 +24,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tens
                                                             const c10d::BroadcastOptions& opts) {
   Call call = begin("broadcast", c10d::OpType::BROADCAST, opts.timeout);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  call.recorded = {t};
   checkRoot(call.ctx, opts.rootRank);
   if (opts.rootTensor != 0) throwValueError(call.ctx, "rootTensor must be 0 with one tensor per call");
   Staged st = stage(asParts(t));
@@ -40,6 +41,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vec
                                                             const c10d::AllgatherOptions& opts) {
   Call call = begin("all_gather", c10d::OpType::ALLGATHER, opts.timeout);
   const at::Tensor& in = singleTensor(call.ctx, inputs);
+  call.recorded = {in};
   if (outputs.size() != 1) {
     throwValueError(call.ctx, "expects one output list per input tensor, got " + std::to_string(outputs.size()));
   }
@@ -63,6 +65,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& ou
                                                                   const c10d::AllgatherOptions& opts) {
   Call call = begin("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
   checkSameDtype(call.ctx, output, input);
+  call.title = "all_gather";
+  call.recorded = {input};
   if (output.numel() != input.numel() * size_) {
     throwValueError(call.ctx, "output has " + std::to_string(output.numel()) + " elements, expected " +
                                   std::to_string(input.numel() * size_) + " (world size x input elements)");
@@ -77,9 +81,54 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& ou
   return submit(call, a, {input, src, output, st.buf}, {output}, std::move(st.publish));
 }
 
+// outputLists[r][i] receives rank r's inputs[i]; one all_gather of every
+// input back to back serves them all.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  Call call = begin("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  call.title = "all_gather";
+  call.recorded = inputs;
+  if (inputs.empty()) throwValueError(call.ctx, "got an empty input list");
+  checkListLength(call.ctx, outputLists.size(), "output");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkDevice(call.ctx, inputs[i]);
+    if (inputs[i].scalar_type() != inputs[0].scalar_type()) {
+      throwTypeError(call.ctx, "all input tensors must have one dtype; got " +
+                                   std::string(c10::toString(inputs[i].scalar_type())) + " and " +
+                                   std::string(c10::toString(inputs[0].scalar_type())));
+    }
+  }
+  for (size_t r = 0; r < outputLists.size(); ++r) {
+    if (outputLists[r].size() != inputs.size()) {
+      throwValueError(call.ctx, "output list " + std::to_string(r) + " has " + std::to_string(outputLists[r].size()) +
+                                    " tensors, expected " + std::to_string(inputs.size()) + " (one per input)");
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      checkSameType(call.ctx, inputs[i], "input tensor " + std::to_string(i), outputLists[r][i],
+                    "output tensor [" + std::to_string(r) + "][" + std::to_string(i) + "]");
+    }
+  }
+  at::Tensor src = flatCat(inputs);
+  at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
+  CollArgs a = argsFor(call, Collective::AllGather);
+  a.dtype = toDType(call.ctx, src.scalar_type());
+  a.buf = flat.data_ptr();
+  a.input = src.data_ptr();
+  a.count = size_t(src.numel());
+  std::vector<at::Tensor> targets, keep = inputs;
+  for (const auto& list : outputLists) targets.insert(targets.end(), list.begin(), list.end());
+  keep.insert(keep.end(), targets.begin(), targets.end());
+  keep.insert(keep.end(), {src, flat});
+  // `flat` is rank 0's inputs, then rank 1's, ...: the order of `targets`.
+  return submit(call, a, keep, targets, [targets, flat]() mutable { unflatten(flat, targets); });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   Call call = begin("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  call.title = "all_gather";
+  call.recorded = inputs;
   if (inputs.empty() || inputs.size() != outputs.size()) {
     throwValueError(call.ctx, std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
                                   " outputs; expected as many outputs as inputs, at least one");
@@ -120,6 +169,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
                                                          const c10d::GatherOptions& opts) {
   Call call = begin("gather", c10d::OpType::GATHER, opts.timeout);
   const at::Tensor& in = singleTensor(call.ctx, inputs);
+  call.recorded = {in};
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
   checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank), [&] {
@@ -169,7 +219,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
       throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an input list");
     }
   });
-  if (isRoot) flat = flatCat(inputs[0]);
+  if (isRoot) {
+    flat = flatCat(inputs[0]);
+    call.recorded = inputs[0];
+  }
   Staged st = stage(asParts(out));
   CollArgs a = argsFor(call, Collective::Scatter);
   a.dtype = toDType(call.ctx, st.buf.scalar_type());
@@ -243,6 +296,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall_base(at::Tensor& outp
                                                                 const c10d::AllToAllOptions& opts) {
   Call call = begin("all_to_all_single", c10d::OpType::ALLTOALL_BASE, opts.timeout);
   checkSameDtype(call.ctx, output, input);
+  call.title = "all_to_all";
+  call.recorded = {input};
   at::Tensor src = asParts(input).contiguous();
   Staged st = stage(asParts(output));
   CollArgs a = allToAllArgs(call, src, st.buf, outputSplitSizes, inputSplitSizes);
@@ -253,6 +308,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tenso
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllToAllOptions& opts) {
   Call call = begin("all_to_all", c10d::OpType::ALLTOALL, opts.timeout);
+  call.recorded = inputs;
   checkListLength(call.ctx, inputs.size(), "input");
   checkListLength(call.ctx, outputs.size(), "output");
   for (int i = 0; i < size_; ++i) {

@@ -23,6 +23,7 @@ void checkPeer(const CallContext& c, int peer, const char* role) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   Call call = beginP2P("send", c10d::OpType::SEND);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  call.recorded = {t};
   checkPeer(call.ctx, dstRank, "destination");
   at::Tensor src = asParts(t).contiguous();
   Schedule s(toDType(call.ctx, src.scalar_type()), ReduceOp::Sum);
@@ -34,6 +35,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::send(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   Call call = beginP2P("recv", c10d::OpType::RECV);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  call.recorded = {t};
   checkPeer(call.ctx, srcRank, "source");
   Staged st = stage(asParts(t));
   Schedule s(toDType(call.ctx, st.buf.scalar_type()), ReduceOp::Sum);
@@ -45,6 +47,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recv(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   Call call = beginP2P("recv", c10d::OpType::RECVANYSOURCE);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  // Which rank a receive in a batch heard from is not kept per receive.
+  if (held_) throwValueError(call.ctx, "a receive from any source cannot be coalesced; name the source rank");
+  call.title = "recvAnySource";
+  call.recorded = {t};
   Staged st = stage(asParts(t));
   Schedule s(toDType(call.ctx, st.buf.scalar_type()), ReduceOp::Sum);
   s.setAlgorithm("direct");

@@ -36,8 +36,12 @@ void checkOneDtype(const CallContext& c, const std::vector<at::Tensor>& ts, cons
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
+    return allreduceSparse(tensors[0], opts);
+  }
   Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  call.recorded = {t};
   ReduceOp op = toReduceOp(opts.reduceOp);
   Staged st = stage(asReducible(call.ctx, t, opts.reduceOp.op_));
   CollArgs a = argsFor(call, Collective::AllReduce);
@@ -53,6 +57,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce_coalesced(std::vecto
                                                                       const c10d::AllreduceCoalescedOptions& opts) {
   Call call = begin("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
   checkOneDtype(call.ctx, tensors, "input");
+  call.title = "all_reduce";
+  call.recorded = tensors;
   for (const auto& t : tensors) asReducible(call.ctx, t, opts.reduceOp.op_);
   ReduceOp op = toReduceOp(opts.reduceOp);
   at::Tensor flat = flatCat(tensors);
@@ -72,6 +78,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce(std::vector<at::Tensor>
                                                          const c10d::ReduceOptions& opts) {
   Call call = begin("reduce", c10d::OpType::REDUCE, opts.timeout);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
+  call.recorded = {t};
   checkRoot(call.ctx, opts.rootRank);
   if (opts.rootTensor != 0) throwValueError(call.ctx, "rootTensor must be 0 with one tensor per call");
   ReduceOp op = toReduceOp(opts.reduceOp);
@@ -91,6 +98,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_reduce_scatter_base(at::Tenso
   Call call = begin("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
   checkDevice(call.ctx, input);
   checkDevice(call.ctx, output);
+  call.recorded = {input};
   if (output.scalar_type() != input.scalar_type()) {
     throwTypeError(call.ctx, "output dtype " + std::string(c10::toString(output.scalar_type())) +
                                  " differs from input dtype " + std::string(c10::toString(input.scalar_type())));
@@ -122,6 +130,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter(std::vector<at:
   const at::Tensor& out = singleTensor(call.ctx, outputs);
   if (inputs.size() != 1) throwValueError(call.ctx, "expects one input list, got " + std::to_string(inputs.size()));
   checkListLength(call.ctx, inputs[0].size(), "input");
+  call.recorded = inputs[0];
   for (size_t i = 0; i < inputs[0].size(); ++i) {
     checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
     asReducible(call.ctx, inputs[0][i], opts.reduceOp.op_);
@@ -146,6 +155,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter_tensor_coalesce
   Call call = begin("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
   checkOneDtype(call.ctx, inputs, "input");
   checkOneDtype(call.ctx, outputs, "output");
+  call.recorded = inputs;
   if (inputs.size() != outputs.size()) {
     throwValueError(call.ctx, std::to_string(inputs.size()) + " inputs but " + std::to_string(outputs.size()) +
                                   " outputs; expected one output per input");

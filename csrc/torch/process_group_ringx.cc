@@ -157,17 +157,21 @@ c10d::ErrorType ProcessGroupRingx::getError() {
   }
 }
 
+// A timeout of zero asks for no waiting at all (monitored_barrier(timeout=0)
+// fails at once in gloo); the engine reads an op timeout of 0 as "the
+// communicator's default", so it becomes the shortest the engine keeps.
 std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::milliseconds requested) const {
-  return requested == c10d::kUnsetTimeout ? timeout_ : requested;
+  if (requested == c10d::kUnsetTimeout) return timeout_;
+  return std::max(requested, std::chrono::milliseconds(1));
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType type,
                                                  std::chrono::milliseconds timeout) {
-  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_};
+  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_, op, {}};
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
-  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_};
+  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}};
 }
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
@@ -187,6 +191,11 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
   } catch (const Error& e) {
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
+  if (args.coll == Collective::AllReduce || args.coll == Collective::Reduce ||
+      args.coll == Collective::ReduceScatter) {
+    call.reduction = std::make_tuple(args.dtype, args.op, args.premulFactor);
+  }
+  checkCoalescible(call);
   auto build = [&](uint64_t seq) {
     CollArgs numbered = args;
     numbered.seq = seq;
@@ -214,14 +223,18 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
   call.ctx.seq = call.numbering->load() + 1;
   Schedule schedule = build(call.ctx.seq);
   call.numbering->store(call.ctx.seq);
-  const std::string title = "ringx:" + call.ctx.op;
-  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, title.c_str(), keepAlive, std::move(outputs),
-                                             call.ctx.seq);
+  const std::string title = "ringx:" + call.title;
+  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, call.title.empty() ? nullptr : title.c_str(),
+                                             std::move(call.recorded), std::move(outputs), call.ctx.seq);
   work->opName = call.ctx.op;
   work->publish = std::move(publish);
   auto op = std::make_unique<Op>(call.ctx.op, call.ctx.seq, std::move(schedule));
   op->timeout = call.timeout;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
+  if (held_) {
+    hold(call, std::move(work), std::move(op));
+    return {};
+  }
   Op* raw = op.get();
   op->onDone = [work, raw](const Error* e) {
     work->setSourceRank(raw->recvSource);
@@ -272,8 +285,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOpt
 // Rank 0 collects a zero-byte message from every rank, then releases them;
 // unlike barrier(), a missing rank is named. A timeout poisons the group like
 // any other (a rank that missed the barrier leaves the group out of step).
+// One profiler record per call, for the arrival.
 void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   Call call = begin("monitored_barrier", c10d::OpType::BARRIER, opts.timeout);
+  if (held_) throwValueError(call.ctx, "cannot run inside a coalescing block; call it after the block ends");
   // Both halves use the arrival's sequence number (tags 0 and 1); the
   // release takes the next one, which nothing sends under.
   uint64_t seq = 0;
@@ -303,11 +318,13 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
       for (size_t i = 0; i < (waitAllRanks ? missing.size() : 1); ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
+      const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
       throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
-                        std::to_string(call.timeout.count()) + " ms");
+                        std::to_string(asked.count()) + " ms");
     }
     throw;
   }
+  call.title.clear();
   submitBuilt(call, release, {}, {}, nullptr)->wait();
 }
 

@@ -16,9 +16,22 @@
 // the user's tag instead (and a bit that keeps them apart from collectives):
 // between two ranks, equal tags match in the order they were sent.
 //
+// Coalescing (startCoalescing ... endCoalescing, what torch's
+// _coalescing_manager(device=...) and batch_isend_irecv call): the calls in
+// between are checked and numbered as usual, but their schedules are held
+// back and the calls return no Work; endCoalescing appends them into one
+// schedule, submits it as one op and returns its Work, which completes once
+// every call's outputs are in place.
+//
+// Profiling: each call's Work opens a torch profiler record named
+// "ringx:<name>" whose inputs are the tensors the user passed in, with the
+// names and inputs ProcessGroupGloo records for the same call (CallRecord).
+//
 // The methods are spread over files by kind: reductions
-// (pg_reductions.cc), data movement (pg_data_movement.cc), point-to-point
-// (pg_p2p.cc) and synchronisation plus plumbing (process_group_ringx.cc).
+// (pg_reductions.cc), sparse all_reduce (pg_sparse.cc), data movement
+// (pg_data_movement.cc), point-to-point (pg_p2p.cc), coalescing
+// (pg_coalescing.cc) and synchronisation plus plumbing
+// (process_group_ringx.cc).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -27,6 +40,8 @@
 #include <atomic>
 #include <mutex>
 #include <memory>
+#include <optional>
+#include <tuple>
 
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
@@ -77,6 +92,9 @@ class ProcessGroupRingx : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
@@ -98,6 +116,11 @@ class ProcessGroupRingx : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
+  // Coalescing.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
   // Synchronisation and lifetime.
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
@@ -114,6 +137,22 @@ class ProcessGroupRingx : public c10d::Backend {
     c10d::OpType type;
     std::chrono::milliseconds timeout;
     std::atomic<uint64_t>* numbering;  // seq_ or p2pSeq_
+    // The profiler record: "ringx:" + title (none when empty) over the
+    // user's input tensors, as ProcessGroupGloo records the same call.
+    std::string title;
+    std::vector<at::Tensor> recorded;
+    // What a reducing collective reduces; one op reduces one way only, so
+    // coalesced reductions must agree on it. Set from the call's arguments,
+    // not its schedule, so that every rank decides alike (a tree's leaves
+    // never reduce).
+    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
+  };
+
+  // A call's schedule held back between startCoalescing and endCoalescing.
+  struct Held {
+    c10::intrusive_ptr<WorkRingx> work;
+    std::unique_ptr<Op> op;
+    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
   };
 
   // A collective call. Its sequence number is taken only when it is
@@ -124,7 +163,9 @@ class ProcessGroupRingx : public c10d::Backend {
   // A point-to-point call: numbered on its own, since ranks issue different
   // point-to-point traffic.
   Call beginP2P(const char* op, c10d::OpType type);
-  // Selects the algorithm for `args` and submits its schedule.
+  // Selects the algorithm for `args` and submits its schedule. Returns the
+  // call's Work, or none while coalescing (the Work of endCoalescing covers
+  // the call).
   c10::intrusive_ptr<WorkRingx> submit(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
                                        std::vector<at::Tensor> outputs, std::function<void()> publish);
   c10::intrusive_ptr<WorkRingx> submitSchedule(Call& call, Schedule schedule, std::vector<at::Tensor> keepAlive,
@@ -144,6 +185,16 @@ class ProcessGroupRingx : public c10d::Backend {
   // check's exception propagates.
   void checkOnThisRankOnly(Call& call, Collective coll, int root, const std::function<void()>& check);
   CollArgs argsFor(const Call& call, Collective coll) const;
+  // Throws when a reduction may not join the open coalescing block.
+  void checkCoalescible(const Call& call) const;
+  // Holds a call's op back for endCoalescing.
+  void hold(Call& call, c10::intrusive_ptr<WorkRingx> work, std::unique_ptr<Op> op);
+  // all_reduce(SUM) of a sparse COO tensor: the ranks' indices and values
+  // gathered and coalesced, as gloo does.
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
+  // Every rank's copy of `src` (flat, rank by rank), on the calling thread,
+  // numbered as a collective of `op` and not recorded for the profiler.
+  at::Tensor gatherAll(const char* op, const at::Tensor& src, std::chrono::milliseconds timeout);
   CollArgs allToAllArgs(const Call& call, const at::Tensor& src, const at::Tensor& dst,
                         const std::vector<int64_t>& outputSplitSizes,
                         const std::vector<int64_t>& inputSplitSizes) const;
@@ -156,6 +207,8 @@ class ProcessGroupRingx : public c10d::Backend {
   std::mutex submitMu_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> p2pSeq_{0};
+  // Set between startCoalescing and endCoalescing: the calls held back.
+  std::optional<std::vector<Held>> held_;
 
   // torch calls split once per device type this backend serves (cpu and
   // cuda), with the same store: the second call gets the group the first

@@ -26,7 +26,7 @@ const at::Tensor& singleTensor(const CallContext& c, const std::vector<at::Tenso
 
 void checkDevice(const CallContext& c, const at::Tensor& t) {
   if (!t.defined()) throwValueError(c, "got an undefined tensor");
-  if (t.is_sparse()) throwTypeError(c, "sparse tensors are not supported; pass a dense tensor");
+  if (t.is_sparse()) throwTypeError(c, "sparse tensors are supported only by all_reduce with SUM; pass a dense tensor");
   if (!t.device().is_cpu()) {
     throwTypeError(c, "tensors on " + t.device().str() +
                           " are not supported yet; ringx runs CPU tensors (use \"cpu:ringx,cuda:nccl\" to route "

@@ -47,8 +47,8 @@ def all_reduce_avg_int(g):
     dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG, group=g)
 
 
-def all_reduce_sparse(g):
-    dist.all_reduce(torch.ones(4).to_sparse(), group=g)
+def all_reduce_sparse_max(g):
+    dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX, group=g)
 
 
 def all_reduce_two_tensors(g):
@@ -162,7 +162,7 @@ MISUSE = [
     ("avg_int", "all_reduce(AVG) of an int32 tensor", "all", all_reduce_avg_int, (_TE,), ("AVG",)),
     ("premul_int", "all_reduce(PREMUL_SUM) of an int64 tensor", "all", premul_sum_int, (_TE,),
      ("PREMUL_SUM",)),
-    ("sparse", "all_reduce of a sparse tensor", "all", all_reduce_sparse, (_TE, _RE), ("sparse",)),
+    ("sparse_max", "all_reduce(MAX) of a sparse tensor", "all", all_reduce_sparse_max, (_VE, _RE), ("sparse",)),
     ("two_tensors", "backend.allreduce([t1, t2]) (two tensors in one call)", "all", all_reduce_two_tensors,
      (_VE,), ("one tensor",)),
     ("broadcast_src", "broadcast(src=world_size + 5)", "all", broadcast_src_out_of_range, (_VE, _RE),

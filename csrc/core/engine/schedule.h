@@ -101,6 +101,43 @@ class Schedule {
     return scratch_.back().get();
   }
 
+  // Whether any step reduces or scales, i.e. uses dtype(), op() and
+  // scaleFactor().
+  bool reduces() const {
+    for (const Step& s : steps_) {
+      if (s.kind == StepKind::Reduce || s.kind == StepKind::Scale) return true;
+    }
+    return false;
+  }
+
+  // Takes over `other`'s steps, polls and scratch, none of them depending on
+  // this schedule's, so both run as they would as two ops submitted together
+  // (how a coalesced batch becomes one op). Reduce and Scale steps use one
+  // dtype, op and scale factor per schedule: when both reduce, the caller
+  // must have checked that those agree.
+  void append(Schedule&& other) {
+    if (!reduces()) {
+      dtype_ = other.dtype_;
+      op_ = other.op_;
+      scaleFactor_ = other.scaleFactor_;
+    }
+    const StepId base = StepId(steps_.size());
+    const int pollBase = int(polls_.size());
+    for (size_t i = 0; i < other.steps_.size(); ++i) {
+      Step step = other.steps_[i];
+      if (step.kind == StepKind::Poll) step.peer += pollBase;
+      steps_.push_back(step);
+      std::vector<StepId> after = std::move(other.dependents_[i]);
+      for (StepId& d : after) d += base;
+      dependents_.push_back(std::move(after));
+      depCount_.push_back(other.depCount_[i]);
+    }
+    for (auto& p : other.polls_) polls_.push_back(std::move(p));
+    for (auto& b : other.scratch_) scratch_.push_back(std::move(b));
+    algorithm_ += (algorithm_.empty() ? "" : "+") + other.algorithm_;
+    other = Schedule(other.dtype_, other.op_);
+  }
+
   void setScaleFactor(double f) { scaleFactor_ = f; }
   void setAlgorithm(std::string name) { algorithm_ = std::move(name); }
 

@@ -1,0 +1,96 @@
+// startCoalescing / endCoalescing: the calls in between become one op.
+#include <algorithm>
+
+#include "torch/process_group_ringx.hpp"
+
+namespace ringx {
+
+void ProcessGroupRingx::startCoalescing() {
+  if (held_) {
+    // A block that raised before its end left calls behind: they never ran
+    // on this rank, so their Works fail rather than wait forever.
+    Error stale(ErrorKind::Aborted, "ringx: coalesced call (rank " + std::to_string(rank_) +
+                                        "): its coalescing block never ended (endCoalescing was not called)");
+    for (auto& h : *held_) {
+      h.work->markDone(&stale);
+      h.work->completeFuture(&stale);
+    }
+  }
+  held_.emplace();
+}
+
+// Checked before the call is numbered or built: a call refused here leaves
+// the numbering and the shared-memory chunk ids as they were.
+void ProcessGroupRingx::checkCoalescible(const Call& call) const {
+  if (!held_ || !call.reduction) return;
+  for (const auto& h : *held_) {
+    if (h.reduction && h.reduction != call.reduction) {
+      const auto& [dtype, redOp, factor] = *call.reduction;
+      const auto& [earlierDtype, earlierOp, earlierFactor] = *h.reduction;
+      throwValueError(call.ctx, "reductions coalesced into one op must share dtype and reduce op (this one reduces " +
+                                    std::string(dtypeName(dtype)) + " with " + std::string(reduceOpName(redOp)) +
+                                    ", an earlier one " + std::string(dtypeName(earlierDtype)) + " with " +
+                                    std::string(reduceOpName(earlierOp)) +
+                                    (factor != earlierFactor ? ", other PREMUL_SUM factors" : "") +
+                                    "); end the coalescing block between them");
+    }
+  }
+}
+
+void ProcessGroupRingx::hold(Call& call, c10::intrusive_ptr<WorkRingx> work, std::unique_ptr<Op> op) {
+  held_->push_back(Held{std::move(work), std::move(op), call.reduction});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::endCoalescing() {
+  if (!held_) {
+    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
+                          "ringx: endCoalescing (rank " + std::to_string(rank_) + "): no coalescing block is open");
+  }
+  std::vector<Held> held = std::move(*held_);
+  held_.reset();
+  std::vector<at::Tensor> outputs;
+  for (const auto& h : held) {
+    auto res = h.work->result();
+    outputs.insert(outputs.end(), res.begin(), res.end());
+  }
+  const uint64_t seq = held.empty() ? seq_.load() : held.front().op->seq;
+  auto work = c10::make_intrusive<WorkRingx>(rank_, c10d::OpType::COALESCED, nullptr, std::vector<at::Tensor>{},
+                                             outputs, seq);
+  work->opName = "coalesced";
+  if (held.empty()) {
+    work->markDone(nullptr);
+    work->completeFuture(nullptr);
+    return work;
+  }
+  Schedule merged = std::move(held.front().op->schedule);
+  auto keepAlive = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  std::vector<c10::intrusive_ptr<WorkRingx>> calls;
+  std::chrono::milliseconds timeout{0};
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (i) merged.append(std::move(held[i].op->schedule));
+    keepAlive->push_back(held[i].op->keepAlive);
+    calls.push_back(held[i].work);
+    timeout = std::max(timeout, held[i].op->timeout);
+  }
+  auto op = std::make_unique<Op>("coalesced", seq, std::move(merged));
+  op->timeout = timeout;
+  op->keepAlive = keepAlive;
+  op->onDone = [calls, work](const Error* e) {
+    for (const auto& w : calls) w->markDone(e);
+    work->markDone(e);
+  };
+  op->onCallbacks = [calls, work](const Error* e) {
+    for (const auto& w : calls) w->completeFuture(e);
+    work->completeFuture(e);
+  };
+  try {
+    // Under the lock that orders numbering and submission (submitBuilt).
+    std::lock_guard<std::mutex> lock(submitMu_);
+    comm_->submit(std::move(op));
+  } catch (const Error& e) {
+    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+  }
+  return work;
+}
+
+}  // namespace ringx
