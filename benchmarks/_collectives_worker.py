@@ -224,7 +224,8 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
     t_counter = tcount[0]
     ns = time.perf_counter_ns
 
-    def batch(iters):
+    def batch(iters, walls=None):
+        """Timed calls; `walls` (when given) gets each iteration's whole time, pattern included."""
         nonlocal wrong_iters, wrong_elems, t_counter
         times = []
         done = 0
@@ -240,12 +241,18 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
                     var.call(case, i, ts[i])
                     stamps.append(ns())
                 times += [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(b)]
+                if walls is not None:
+                    walls += times[-b:]
             else:
                 for i in range(b):
+                    w0 = ns()
                     between()
                     t0 = ns()
                     var.call(case, i, ts[i])
-                    times.append((ns() - t0) / 1e3)
+                    t1 = ns()
+                    times.append((t1 - t0) / 1e3)
+                    if walls is not None:
+                        walls.append((t1 - w0) / 1e3)
             for i in range(b):
                 w = case.check(i, ts[i])
                 if w:
@@ -261,8 +268,10 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
         # Every rotating buffer is used at least once before timing, so per-buffer
         # first-use costs (page faults, memory registration caches) stay out of it.
         warm = max(nbuf, min(args.warmup, int(args.warmup_bytes // max(size, 1))))
-        wt = batch(warm)
-        est = torch.tensor([sorted(wt[1:] or wt)[len(wt[1:] or wt) // 2]], dtype=torch.float64)
+        walls = []
+        batch(warm, walls)  # the budget counts whole iterations: a pattern's gap is spent too
+        ws = sorted(walls[1:] or walls)
+        est = torch.tensor([ws[len(ws) // 2]], dtype=torch.float64)
         dist.all_reduce(est, op=dist.ReduceOp.MAX)  # side channel: gloo default group
         iters = int(min(args.max_iters, max(args.min_iters, round(args.budget * 1e6 / max(est.item(), 1e-3)))))
         warm_wrong = wrong_iters  # warm-up results are checked too, and kept apart
@@ -423,7 +432,8 @@ def main(args):
                 case = None
                 continue
             rows = {}
-            for pattern in args.patterns:
+            patterns = [p for p in args.patterns if p == "back-to-back" or nbytes <= args.pattern_max_bytes]
+            for pattern in patterns:
                 row = rows[pattern] = dict(peers.get((coll, nbytes, pattern), {}))
                 for v in variants:
                     base = {"kind": "point", "world": n, "coll": coll, "backend": v.label,
@@ -460,7 +470,7 @@ def main(args):
                 single.update({"kind": "cma", "world": n, "coll": coll, "size": nbytes,
                                "dtype": args.dtype, "root": case.root(0) if args.root >= 0 else 0})
                 emit(single)
-            for j, pattern in enumerate(args.patterns):
+            for j, pattern in enumerate(patterns):
                 say(report.table_row(coll, n, nbytes, count, args.dtype, labels, rows[pattern], bound,
                                      pattern, single if j == 0 else None))
             del case

@@ -75,6 +75,9 @@ def parse_args(argv=None):
                    help="ringx, gloo, mpi (Open MPI), mpich (MPICH), comma-separated (default ringx,gloo,mpi)")
     p.add_argument("--pattern", default=",".join(PATTERNS),
                    help="back-to-back, compute-gap, interleaved, comma-separated (default all three)")
+    p.add_argument("--pattern-max-bytes", type=parse_bytes, default=1 << 20,
+                   help="largest size the compute-gap and interleaved patterns run (default 1M; "
+                        "back to back runs every size)")
     p.add_argument("--gap-us", type=float, default=200,
                    help="compute-gap: microseconds of CPU work (small matmuls) before each call (default 200)")
     p.add_argument("--repeats", type=int, default=1,
@@ -326,8 +329,11 @@ def run_mpi_world(label, n, args, logdir, repeat=0) -> tuple[list, str | None, s
     if not os.path.exists(py) or not os.path.exists(os.path.join(venv, "bin", "mpiexec")):
         return [], (f"world {n}: {label} skipped: no {venv} (make bench-mpi-venv sets it up)"), out
     env = dict(os.environ)
+    # No ringx in MPI ranks: torch's autoload of it would load the UCX wheel's libraries
+    # into a process where the MPI wheel has its own UCS (undefined-symbol errors).
     env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1", "TORCHELASTIC_RUN_ID": f"bench-{os.getpid()}"})
+                "PYTHONUNBUFFERED": "1", "TORCHELASTIC_RUN_ID": f"bench-{os.getpid()}",
+                "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     if os.geteuid() == 0:
         env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     cmd = mpiexec_argv(label, n, args) + [py, os.path.abspath(__file__), *sys.argv[1:], "--_worker",
