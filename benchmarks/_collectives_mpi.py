@@ -32,7 +32,7 @@ def _mpi_types():
 
 
 def library() -> str:
-    return MPI.Get_library_version().strip("\x00 \n").splitlines()[0].strip()
+    return " ".join(MPI.Get_library_version().strip("\x00 \n").splitlines()[0].split())
 
 
 class MpiVariant:

@@ -378,10 +378,10 @@ def plot(records, meta, path) -> str | None:
                         and r["coll"] == c and r.get("status") == "ok" and r.get("repeat", 0) == 0)
             if cm:
                 xs = [s for s, _ in cm]
-                axb.plot(xs, [s / r["bound_us"] / 1e3 * bus_factor(c, n) for s, r in cm], color="black",
-                         linestyle=styles.get(n, "-."), linewidth=0.8, label=f"single-copy bound w{n}")
-                axt.plot(xs, [r["bound_us"] for _, r in cm], color="black", linestyle=styles.get(n, "-."),
-                         linewidth=0.8, label=f"single-copy bound w{n}")
+                kw = dict(color="black", linestyle=styles.get(n, "-."), linewidth=0.8, marker="x",
+                          label=f"single-copy bound w{n}")
+                axb.plot(xs, [s / r["bound_us"] / 1e3 * bus_factor(c, n) for s, r in cm], **kw)
+                axt.plot(xs, [r["bound_us"] for _, r in cm], **kw)
             if c == "all_reduce" and n in bounds:
                 axb.axhline(bound_busbw(bounds[n], n), color="gray", linestyle=styles.get(n, "-."),
                             linewidth=0.8, label=f"two-shot bound w{n}")
