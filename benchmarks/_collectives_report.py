@@ -99,7 +99,8 @@ def _fmt_t(us: float) -> str:
     return f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
-def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap_us=0) -> list[str]:
+def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap_us=0,
+                 bound_cols=True) -> list[str]:
     head = f"# {coll}, world {n}, {dtype}"
     notes = [f"{lb}: {st}" for lb, st in status.items() if st != "ok"]
     lines = [head + ("   (" + "; ".join(notes) + ")" if notes else "")]
@@ -112,10 +113,11 @@ def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap
     for lb in labels:
         top += f" {lb:^{CELL - 2}} |"
         sub += f" {'time(us)':>8} {'p90':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |"
-    top += f" {'single-copy bound':^27}"
-    sub += f" {'cma GB/s':>8} {'bound':>8} {'ringx/bnd':>9}"
-    if coll == "all_reduce" and "ringx" in labels:
-        sub += " ringx/2shot"
+    if bound_cols:
+        top += f" {'single-copy bound':^27}"
+        sub += f" {'cma GB/s':>8} {'bound':>8} {'ringx/bnd':>9}"
+        if coll == "all_reduce" and "ringx" in labels:
+            sub += " ringx/2shot"
     return lines + [top, sub]
 
 
@@ -137,7 +139,7 @@ def table_row(coll, n, size, count, dtype, labels, row, bound, pattern="back-to-
         s += f" {single['status'][:27]:>27}"
     else:
         s += f" {'':>27}"
-    if coll == "all_reduce" and bound and rx.get("status") == "ok" and pattern == "back-to-back":
+    if coll == "all_reduce" and bound and n > 1 and rx.get("status") == "ok" and pattern == "back-to-back":
         s += f" {rx['busbw_GBps'] / bound_busbw(bound, n):10.1%}"
     return s.rstrip()
 
@@ -380,9 +382,10 @@ def plot(records, meta, path) -> str | None:
                 xs = [s for s, _ in cm]
                 kw = dict(color="black", linestyle=styles.get(n, "-."), linewidth=0.8, marker="x",
                           label=f"single-copy bound w{n}")
-                axb.plot(xs, [s / r["bound_us"] / 1e3 * bus_factor(c, n) for s, r in cm], **kw)
+                if n > 1:  # busbw is 0 at world 1
+                    axb.plot(xs, [s / r["bound_us"] / 1e3 * bus_factor(c, n) for s, r in cm], **kw)
                 axt.plot(xs, [r["bound_us"] for _, r in cm], **kw)
-            if c == "all_reduce" and n in bounds:
+            if c == "all_reduce" and n in bounds and n > 1:
                 axb.axhline(bound_busbw(bounds[n], n), color="gray", linestyle=styles.get(n, "-."),
                             linewidth=0.8, label=f"two-shot bound w{n}")
         for b in backends:

@@ -120,7 +120,7 @@ def issue12(records, meta) -> list[tuple]:
     for pat in ("compute-gap", "interleaved"):
         items = []
         for n, c, s in pts.keys(pat):
-            if s > SMALL:
+            if s > SMALL or n < 2:
                 continue
             base = pts.t(b2b, n, c, s, "ringx")
             if base:
@@ -134,6 +134,8 @@ def issue12(records, meta) -> list[tuple]:
     gloos = [g for g in ("gloo", "gloo-tcp") if any(k[4] == g for k in pts.time)]
     for pat in meta.get("patterns", [b2b]):
         for n, c, s in pts.keys(pat):
+            if n < 2:  # world 1 measures the floor, not a collective
+                continue
             gl = [pts.t(pat, n, c, s, g) for g in gloos]
             gl = [x for x in gl if x]
             if gl:

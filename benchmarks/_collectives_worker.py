@@ -401,7 +401,8 @@ def main(args):
                   if b == lb]
             status[lb] = "unsupported" if st and all(x == "unsupported" for x in st) else "ok"
         say("")
-        for line in report.table_header(coll, n, args.dtype, labels, status, args.patterns, args.gap_us):
+        for line in report.table_header(coll, n, args.dtype, labels, status, args.patterns, args.gap_us,
+                                        not (args.no_bound or args._mpi)):
             say(line)
         for v in variants:
             v.broken = None

@@ -441,6 +441,17 @@ def main():
         modes = {"torchrun": ["torchrun"], "tcp": ["tcp"], "both": ["torchrun", "tcp"]}[args.gloo_modes]
     gloo_labels = [report.GLOO_LABELS[m] for m in modes] if "gloo" in args.backends else []
     mpi_labels = [b for b in args.backends if b in report.MPI_LABELS]
+    chosen = any(x == "--backends" or x.startswith("--backends=") for x in sys.argv[1:])
+    for lb in list(mpi_labels):
+        venv = args.mpi_venv if lb == "mpi" else args.mpich_venv
+        if not os.path.exists(os.path.join(venv, "bin", "mpiexec")):
+            why = f"{lb}: no {venv} (`make bench-{'mpi' if lb == 'mpi' else 'mpich'}-venv` sets it up)"
+            if chosen:
+                print(f"# ERROR: {why}", file=sys.stderr)
+                return 2
+            print(f"# {why}: running without it")
+            mpi_labels.remove(lb)
+            args.backends.remove(lb)
     mach = machine()
     meta = {"machine": f"{mach.get('cpu', '?')}, {mach.get('cpus')} cpus, {mach.get('mem_GiB', '?')} GiB; "
                        f"torch {mach.get('torch')}, ringx {mach.get('ringx')} (repo at {mach.get('git', '?')})",
@@ -449,7 +460,7 @@ def main():
             "gloo_labels": gloo_labels, "mpi_labels": mpi_labels, "patterns": args.patterns,
             "gap_us": args.gap_us, "repeats": args.repeats, "argv": sys.argv[1:], "pin": args.pin,
             "mpi_bind": args.mpi_bind,
-            "mpiexec": {lb: mpiexec_argv(lb, 2, args) for lb in mpi_labels},
+            "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
     print(f"# {meta['machine']}")
     print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
