@@ -97,7 +97,8 @@ def parse_args(argv=None):
                    help="none: ranks float over the CPUs, as torchrun starts them (default); cores: rank r "
                         "and every thread it starts on the r-th allowed CPU (modulo their number)")
     p.add_argument("--budget", type=float, default=0.25,
-                   help="seconds of timed iterations per (collective, size, backend) (default 0.25)")
+                   help="seconds of timed iterations per (collective, size, pattern, backend), a pattern's "
+                        "gap included (default 0.25)")
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (fewer above 16 MiB; never fewer than one per rotating buffer)")
@@ -115,7 +116,8 @@ def parse_args(argv=None):
     p.add_argument("--cma-budget", type=float, default=0.05,
                    help="seconds of process_vm_readv iterations per (collective, size) (default 0.05)")
     p.add_argument("--pg-timeout", type=float, default=120, help="process-group timeout, seconds")
-    p.add_argument("--timeout", type=float, default=1500, help="wall-clock bound per world, seconds")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="wall-clock bound per world (and per MPI world), seconds (default 3600)")
     p.add_argument("--json", default=None, help="output JSON (default bench-results/collectives-<time>.json)")
     p.add_argument("--plot", nargs="?", const="", default=None,
                    help="write a PNG (default: the JSON path with .png)")
