@@ -400,6 +400,13 @@ def print_summary(records, meta, args_backends) -> dict:
                 print(line)
             print()
         rows = targets.summary(records, meta)
+        loads = [float(v.split()[0]) for la in meta.get("load_average", {}).values() for v in la.values()
+                 if v and v != "?"]
+        cpus = meta.get("machine_info", {}).get("cpus") or 1
+        if loads and max(loads) > cpus:
+            print(f"# WARNING: load average up to {max(loads):.1f} on {cpus} CPUs during this run: other work "
+                  f"shared the cores, MPI's busy-polling ranks suffer most, and the verdicts below say more "
+                  f"about that work than about the backends")
         for line in targets.format_rows("issue 12 targets (latency as training sees it)", rows["issue12"]):
             print(line)
         print()
