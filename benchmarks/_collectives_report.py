@@ -1,18 +1,25 @@
 """Tables, the two-shot bound, ratio summaries, issue-4 targets and the plot for
-benchmarks/collectives.py. Pure formatting over the records the ranks write.
+benchmarks/collectives.py. Pure formatting over the records the ranks write
+(the issue-12 and issue-16 targets and the repeat spread: _collectives_targets.py).
 
 Columns (nccl-tests conventions)
 --------------------------------
 size      bytes of the largest buffer of the call: the buffer (all_reduce, broadcast),
-          the gathered output (all_gather), the input (reduce_scatter), either buffer
-          (all_to_all). count = size / element size.
-time(us)  median over iterations of the per-iteration time of the SLOWEST rank
-          (per iteration, MAX across ranks); p10 / p90 of that same series.
+          the gathered output (all_gather, gather), the input (reduce_scatter, the
+          scatter root's), either buffer (all_to_all; all_to_allv: n times the mean
+          split). count = size / element size.
+pattern   what the caller does between calls: b2b (back to back), gap (computes for
+          --gap-us), inter (an 8-byte all_reduce on a second gloo group).
+time(us)  median (p50) over iterations of the per-iteration time of the SLOWEST rank
+          (per iteration, MAX across ranks); p90 of that same series.
 algbw     size / time, GB/s (1e9 bytes).
-busbw     algbw * factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
-          (n-1)/n; broadcast, reduce 1. It is the rate each rank's link would need,
-          comparable across world sizes and with the hardware's bandwidth.
+busbw     algbw * factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all(v),
+          gather, scatter (n-1)/n; broadcast, reduce 1. It is the rate each rank's link
+          would need, comparable across world sizes and with the hardware's bandwidth.
 #wrong    timed iterations whose result was wrong on some rank (each is checked).
+cma GB/s  the single-copy bound's copy rate: the bytes one rank must read, read with
+          process_vm_readv from the same ranks' buffers (_collectives_cma.py).
+bound     the single-copy bound's time (us); ringx/bnd = bound / ringx's b2b time.
 """
 
 from __future__ import annotations
@@ -21,17 +28,21 @@ import math
 
 GLOO_LABELS = {"torchrun": "gloo", "tcp": "gloo-tcp"}
 COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
-         "all_to_all_single"]
+         "all_to_all_single", "all_to_allv", "gather", "scatter"]
 SHORT = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
          "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast",
-         "all_to_all_single": "all_to_all"}
-CELL = 57  # width of one backend's group of columns
+         "all_to_all_single": "all_to_all", "all_to_allv": "all_to_allv", "gather": "gather",
+         "scatter": "scatter"}
+PATTERN_SHORT = {"back-to-back": "b2b", "compute-gap": "gap", "interleaved": "inter"}
+MPI_LABELS = ("mpi", "mpich")
+CELL = 43  # width of one backend's group of columns
 
 
 def bus_factor(coll: str, n: int) -> float:
     if coll == "all_reduce":
         return 2 * (n - 1) / n
-    if coll in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+    if coll in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "all_to_allv",
+                "gather", "scatter"):
         return (n - 1) / n
     return 1.0
 
@@ -88,43 +99,60 @@ def _fmt_t(us: float) -> str:
     return f"{us:.1f}" if us < 1000 else f"{us:.0f}"
 
 
-def table_header(coll, n, dtype, labels, status) -> list[str]:
+def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap_us=0,
+                 bound_cols=True) -> list[str]:
     head = f"# {coll}, world {n}, {dtype}"
     notes = [f"{lb}: {st}" for lb, st in status.items() if st != "ok"]
     lines = [head + ("   (" + "; ".join(notes) + ")" if notes else "")]
-    top = f"#{'':>45} |"
-    sub = f"# {'size':>10} {'count':>10} {'type':>9} {'redop':>6}     |"
+    if len(patterns) > 1 or patterns[0] != "back-to-back":
+        desc = {"back-to-back": "b2b = back to back", "compute-gap": f"gap = {gap_us:g} us of compute before each call",
+                "interleaved": "inter = an 8 B gloo all_reduce on a second group before each call"}
+        lines.append("# patterns: " + "; ".join(desc[p] for p in patterns))
+    top = f"#{'':>51} |"
+    sub = f"# {'size':>10} {'count':>10} {'type':>9} {'redop':>6} {'pattern':>7}     |"
     for lb in labels:
         top += f" {lb:^{CELL - 2}} |"
-        sub += (f" {'time(us)':>9} {'p10':>9} {'p90':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |")
-    if coll == "all_reduce" and "ringx" in labels:
-        sub += " ringx/bound"
+        sub += f" {'time(us)':>8} {'p90':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |"
+    if bound_cols:
+        top += f" {'single-copy bound':^27}"
+        sub += f" {'cma GB/s':>8} {'bound':>8} {'ringx/bnd':>9}"
+        if coll == "all_reduce" and "ringx" in labels:
+            sub += " ringx/2shot"
     return lines + [top, sub]
 
 
-def table_row(coll, n, size, count, dtype, labels, row, bound) -> str:
+def table_row(coll, n, size, count, dtype, labels, row, bound, pattern="back-to-back", single=None) -> str:
     redop = "sum" if coll in ("all_reduce", "reduce_scatter_tensor") else "none"
-    s = f"  {size:>10} {count:>10} {dtype:>9} {redop:>6}     |"
+    s = f"  {size:>10} {count:>10} {dtype:>9} {redop:>6} {PATTERN_SHORT.get(pattern, pattern):>7}     |"
     for lb in labels:
         r = row.get(lb, {"status": "-"})
         if r.get("status") == "ok":
-            s += (f" {_fmt_t(r['time_us']):>9} {_fmt_t(r['p10_us']):>9} {_fmt_t(r['p90_us']):>9}"
+            s += (f" {_fmt_t(r['time_us']):>8} {_fmt_t(r['p90_us']):>8}"
                   f" {r['algbw_GBps']:7.3f} {r['busbw_GBps']:7.3f} {r['wrong']:>6} |")
         else:
             s += f" {r.get('status', '-')[:CELL - 2]:^{CELL - 2}} |"
-    if coll == "all_reduce" and bound and row.get("ringx", {}).get("status") == "ok":
-        s += f" {row['ringx']['busbw_GBps'] / bound_busbw(bound, n):10.1%}"
-    return s
+    rx = row.get("ringx", {})
+    if single and single.get("status") == "ok":
+        s += f" {single['cma_GBps']:8.2f} {_fmt_t(single['bound_us']):>8}"
+        s += f" {single['bound_us'] / rx['time_us']:9.1%}" if rx.get("status") == "ok" else f" {'-':>9}"
+    elif single:
+        s += f" {single['status'][:27]:>27}"
+    else:
+        s += f" {'':>27}"
+    if coll == "all_reduce" and bound and n > 1 and rx.get("status") == "ok" and pattern == "back-to-back":
+        s += f" {rx['busbw_GBps'] / bound_busbw(bound, n):10.1%}"
+    return s.rstrip()
 
 
 # ------------------------------------------------------------------ summaries
 
 
-def index(records):
-    """{(world, coll, size): {backend: record}} for the ok and unsupported points."""
+def index(records, pattern="back-to-back", repeat=0):
+    """{(world, coll, size): {backend: record}} of one pattern and repeat (every point)."""
     pts = {}
     for r in records:
-        if r.get("kind") == "point" and "size" in r:
+        if (r.get("kind") == "point" and "size" in r and r.get("pattern", "back-to-back") == pattern
+                and r.get("repeat", 0) == repeat):
             pts.setdefault((r["world"], r["coll"], r["size"]), {})[r["backend"]] = r
     return pts
 
@@ -240,7 +268,7 @@ def targets(records, meta) -> list[str]:
         out.append("#   all_reduce w2 8 B-4 KiB: not measured")
 
     # 3. other collectives world 2, >= 1 MiB busbw.
-    for c in COLLS[1:]:
+    for c in COLLS[1:5]:  # the collectives issue 4 names
         sizes = sorted(s for (w, cc, s) in pts if w == 2 and cc == c and s >= 1 << 20)
         rxs = [pts[(2, c, s)].get("ringx", {}) for s in sizes]
         if any(r.get("status") == "unsupported" for r in rxs):
@@ -260,7 +288,7 @@ def targets(records, meta) -> list[str]:
             out.append(f"#   {SHORT[c]} w2 >= 1 MiB: not measured")
 
     # 4. every collective world 4, every size.
-    for c in COLLS:
+    for c in COLLS[:5]:
         keys = sorted(s for (w, cc, s) in pts if w == 4 and cc == c)
         if not keys:
             continue
@@ -296,7 +324,8 @@ def key_numbers(records, worlds, gloo_labels) -> list[str]:
                     cells.append(f"{b} {_fmt_t(r['time_us'])} us / {r['busbw_GBps']:.3f} GB/s")
                 else:
                     cells.append(f"{b} {r.get('status', '-')}")
-            rx, best = p.get("ringx", {}), [p[g] for g in gloo_labels if p.get(g, {}).get("status") == "ok"]
+            rx = p.get("ringx", {})
+            best = [p[g] for g in gloo_labels if g not in MPI_LABELS and p.get(g, {}).get("status") == "ok"]
             ratio = ""
             if rx.get("status") == "ok" and best:
                 ratio = f"  ratio ringx/gloo {rx['time_us'] / min(g['time_us'] for g in best):.3f}"
@@ -307,8 +336,17 @@ def key_numbers(records, worlds, gloo_labels) -> list[str]:
 # ----------------------------------------------------------------------- plot
 
 
+def _series(records, n, coll, backend, pattern, key):
+    pts = index(records, pattern)
+    out = sorted((s, p[backend][key]) for (w, c, s), p in pts.items()
+                 if w == n and c == coll and p.get(backend, {}).get("status") == "ok")
+    return [x for x, _ in out], [y for _, y in out]
+
+
 def plot(records, meta, path) -> str | None:
-    """PNG: per collective, busbw and time against size, one line per backend x world."""
+    """PNG: per collective, busbw and time against size back to back (one line per
+    backend x world, the single-copy bound in black), and the time of every pattern at
+    the first world size (one line per backend x pattern)."""
     try:
         import matplotlib
 
@@ -316,43 +354,59 @@ def plot(records, meta, path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install matplotlib)"
-    pts = index(records)
-    colls = [c for c in meta["colls"] if any(k[1] == c for k in pts)]
+    colls = [c for c in meta["colls"] if any(r.get("coll") == c and r.get("kind") == "point" for r in records)]
     if not colls:
         return "nothing to plot"
+    backends = ["ringx"] + list(meta.get("gloo_labels", [])) + list(meta.get("mpi_labels", []))
+    patterns = meta.get("patterns", ["back-to-back"])
     bounds = {r["world"]: r for r in records if r.get("kind") == "bound"}
-    fig, axes = plt.subplots(len(colls), 2, figsize=(13, 3.4 * len(colls)), squeeze=False)
-    colors = {"ringx": "tab:red", "gloo": "tab:blue", "gloo-tcp": "tab:green"}
+    fig, axes = plt.subplots(len(colls), 3, figsize=(19, 3.4 * len(colls)), squeeze=False)
+    colors = {"ringx": "tab:red", "gloo": "tab:blue", "gloo-tcp": "tab:green", "mpi": "tab:purple",
+              "mpich": "tab:orange"}
     styles = {2: "-", 4: "--", 8: ":"}
+    pstyles = {"back-to-back": "-", "compute-gap": "--", "interleaved": ":"}
+    n0 = meta["worlds"][0]
     for i, c in enumerate(colls):
-        axb, axt = axes[i]
+        axb, axt, axp = axes[i]
         for n in meta["worlds"]:
-            for b in ["ringx"] + list(meta["gloo_labels"]):
-                xs, bw, tm = [], [], []
-                for (w, cc, s), p in sorted(pts.items(), key=lambda kv: kv[0][2]):
-                    r = p.get(b, {})
-                    if w == n and cc == c and r.get("status") == "ok":
-                        xs.append(s)
-                        bw.append(r["busbw_GBps"])
-                        tm.append(r["time_us"])
+            for b in backends:
+                xs, bw = _series(records, n, c, b, "back-to-back", "busbw_GBps")
+                _, tm = _series(records, n, c, b, "back-to-back", "time_us")
                 if xs:
                     kw = dict(color=colors.get(b, "gray"), linestyle=styles.get(n, "-."), marker=".")
                     axb.plot(xs, bw, label=f"{b} w{n}", **kw)
                     axt.plot(xs, tm, label=f"{b} w{n}", **kw)
-            if c == "all_reduce" and n in bounds:
-                axb.axhline(bound_busbw(bounds[n], n), color="black", linestyle=styles.get(n, "-."),
+            cm = sorted((r["size"], r) for r in records if r.get("kind") == "cma" and r["world"] == n
+                        and r["coll"] == c and r.get("status") == "ok" and r.get("repeat", 0) == 0)
+            if cm:
+                xs = [s for s, _ in cm]
+                kw = dict(color="black", linestyle=styles.get(n, "-."), linewidth=0.8, marker="x",
+                          label=f"single-copy bound w{n}")
+                if n > 1:  # busbw is 0 at world 1
+                    axb.plot(xs, [s / r["bound_us"] / 1e3 * bus_factor(c, n) for s, r in cm], **kw)
+                axt.plot(xs, [r["bound_us"] for _, r in cm], **kw)
+            if c == "all_reduce" and n in bounds and n > 1:
+                axb.axhline(bound_busbw(bounds[n], n), color="gray", linestyle=styles.get(n, "-."),
                             linewidth=0.8, label=f"two-shot bound w{n}")
-        for ax, yl in ((axb, "busbw (GB/s)"), (axt, "time (us), slowest rank, median")):
+        for b in backends:
+            for pt in patterns:
+                xs, tm = _series(records, n0, c, b, pt, "time_us")
+                if xs:
+                    axp.plot(xs, tm, color=colors.get(b, "gray"), linestyle=pstyles.get(pt, "-."), marker=".",
+                             label=f"{b} {PATTERN_SHORT.get(pt, pt)}")
+        for ax, yl, title in ((axb, "busbw (GB/s)", "back to back"),
+                              (axt, "time (us), slowest rank, p50", "back to back"),
+                              (axp, "time (us), slowest rank, p50", f"patterns, world {n0}")):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("size (bytes)")
             ax.set_ylabel(yl)
-            ax.set_title(f"{c} ({meta['dtype']})")
+            ax.set_title(f"{c} ({meta['dtype']}), {title}")
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6)
     fig.suptitle(meta.get("machine", ""), fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.985))
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
 

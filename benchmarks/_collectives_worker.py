@@ -1,31 +1,28 @@
 """One rank of benchmarks/collectives.py (started by it; not meant to be run by hand).
 
 Every rank runs the same schedule: for each collective, for each size, for each
-backend variant (ringx, then gloo as torchrun launches it, then gloo over TCP with
-the shared-memory path off where this torch's gloo has one), on the SAME buffers:
+pattern, for each backend variant (ringx, then gloo as torchrun launches it, then
+gloo over TCP with the shared-memory path off where this torch's gloo has one; or, in
+a world started by mpiexec, MPI), on the SAME buffers:
 
     warm-up  ->  agree on the iteration count  ->  batches of timed iterations
     (each batch: fill the inputs, one small untimed collective so ranks start
-    together, then one timed iteration per rotating buffer back to back, then
-    every output of the batch is checked)  ->  gather the per-iteration times
-    over the gloo default group (all_reduce MAX, after the timed loop)
+    together, then one timed iteration per rotating buffer, then every output of
+    the batch is checked)  ->  gather the per-iteration times over the gloo
+    default group (all_reduce MAX, after the timed loop)
 
-Rank 0 prints each size's row as soon as all variants have run it and appends a
-JSON record per (collective, size, variant) to the file the launcher named.
+Patterns (what the calling thread does between two timed calls):
 
-Data (exact in every dtype we offer: all values are small integers): P[j] = j % 7,
-t the iteration number, c(r, t) = (r + t) % 5 + 1, S(t) = sum over ranks of c.
+    back-to-back    nothing: the next call starts when the previous returns
+    compute-gap     a CPU loop of small matmuls for --gap-us, then the call
+    interleaved     an 8-byte all_reduce on a second gloo group, then the call
 
-    all_reduce      in-place; rank r holds c(r,t) + P;      expect S(t) + n*P
-    broadcast       root t % n holds c(root,t) + P, others -1; expect c(root,t) + P
-    all_gather      rank r sends c(r,t) + P;                 expect segment k = c(k,t) + P
-    reduce_scatter  rank r's row k is c(r,t) + k + P;        expect S(t) + n*r + n*P
-    all_to_all      rank r's row k is g(r,k,t) + P, g(r,k,t) = (r*n + k + t) % 11 + 1;
-                                                             expect row k = g(k,r,t) + P
-
-A check subtracts the expected per-segment constant in place and compares with a
-per-size base (n*P or P), so a stale buffer, a wrong sum and a misplaced segment all
-show, and the check costs two passes over the output (untimed).
+In the last two each call is timed alone (from its start to its return). After the
+patterns of a size, the torch world measures the single-copy bound on the same
+buffers (_collectives_cma.py). Rank 0 prints each size's rows as soon as all variants
+have run them (with the rows of an MPI world that ran before, read from its records)
+and appends a JSON record per (collective, size, pattern, variant) to the file the
+launcher named. Buffers, fills and checks: _collectives_cases.py.
 """
 
 from __future__ import annotations
@@ -43,15 +40,9 @@ import warnings
 import torch
 import torch.distributed as dist
 
+import _collectives_cma as cma
 import _collectives_report as report
-
-DTYPES = {
-    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
-    "int8": torch.int8, "uint8": torch.uint8,
-}
-REDUCING = {"all_reduce", "reduce_scatter_tensor"}
-SEGMENTED = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
+from _collectives_cases import DTYPES, REDUCING, SEGMENTED, Case
 
 
 def _set_pdeathsig():
@@ -148,115 +139,16 @@ def measure_bound(args, n, rank):
     }
 
 
-# ------------------------------------------------------------------ collectives
+# ------------------------------------------------------------------ variants
 
 
-class Case:
-    """Buffers, fill and check for one (collective, size) on this rank."""
-
-    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0):
-        self.coll, self.n, self.rank, self.dtype = coll, n, rank, dtype
-        self.root_arg = root  # broadcast root; -1: t % n, rotating
-        seg = count // n if coll in SEGMENTED else count
-        self.seg = seg
-        rep = (seg + 6) // 7
-        self.P = torch.arange(7, dtype=dtype).repeat(rep)[:seg].contiguous()
-        in_count = {"all_gather_into_tensor": seg, "reduce_scatter_tensor": n * seg,
-                    "all_to_all_single": n * seg}.get(coll, seg)
-        out_count = {"all_gather_into_tensor": n * seg, "reduce_scatter_tensor": seg,
-                     "all_to_all_single": n * seg}.get(coll, 0)
-        self.ins = [torch.zeros(in_count, dtype=dtype) for _ in range(nbuf)]
-        self.outs = [torch.zeros(out_count, dtype=dtype) for _ in range(nbuf)] if out_count else None
-        if coll in ("all_reduce", "reduce_scatter_tensor"):
-            self.base = self.P * n  # expected minus the constant
-            self.nseg = 1
-        elif coll == "broadcast":
-            self.base = self.P
-            self.nseg = 1
-        else:  # all_gather, all_to_all: every output segment is a constant + P
-            self.base = self.P.expand(n, seg)
-            self.nseg = n
-        self.bytes_in = in_count * self.P.element_size()
-
-    def root(self, t):
-        return t % self.n if self.root_arg < 0 else self.root_arg % self.n
-
-    def c(self, r, t):
-        return (r + t) % 5 + 1
-
-    def g(self, r, k, t):
-        return (r * self.n + k + t) % 11 + 1
-
-    def fill(self, i, t):
-        n, r, inp = self.n, self.rank, self.ins[i]
-        if self.coll == "all_reduce" or self.coll == "all_gather_into_tensor":
-            torch.add(self.P, self.c(r, t), out=inp)
-        elif self.coll == "broadcast":
-            if r == self.root(t):
-                torch.add(self.P, self.c(r, t), out=inp)
-            else:
-                inp.fill_(-1 if self.dtype != torch.uint8 else 255)
-        else:
-            rows = inp.view(n, self.seg)
-            rows.copy_(self.P.expand(n, self.seg))
-            if self.coll == "reduce_scatter_tensor":
-                add = [self.c(r, t) + k for k in range(n)]
-            else:
-                add = [self.g(r, k, t) for k in range(n)]
-            rows.add_(torch.tensor(add, dtype=self.dtype).view(n, 1))
-
-    def expected_consts(self, t):
-        n, r = self.n, self.rank
-        if self.coll == "all_reduce":
-            return [sum(self.c(k, t) for k in range(n))]
-        if self.coll == "broadcast":
-            return [self.c(self.root(t), t)]
-        if self.coll == "reduce_scatter_tensor":
-            return [sum(self.c(k, t) for k in range(n)) + n * r]
-        if self.coll == "all_gather_into_tensor":
-            return [self.c(k, t) for k in range(n)]
-        return [self.g(k, r, t) for k in range(n)]
-
-    def result(self, i):
-        return self.outs[i] if self.outs is not None else self.ins[i]
-
-    def check(self, i, t):
-        """Number of wrong elements in buffer i's result for iteration t (0 = right)."""
-        out = self.result(i)
-        k = self.expected_consts(t)
-        view = out.view(self.nseg, -1)
-        view.sub_(torch.tensor(k, dtype=self.dtype).view(self.nseg, 1))
-        if torch.equal(view, self.base.view(self.nseg, -1)):
-            return 0
-        return int((view != self.base.view(self.nseg, -1)).sum())
-
-    def op(self, group, i, t):
-        """The collective on buffer i, through the public torch.distributed API."""
-        inp = self.ins[i]
-        c = self.coll
-        if c == "all_reduce":
-            dist.all_reduce(inp, group=group)
-        elif c == "broadcast":
-            dist.broadcast(inp, group=group, group_src=self.root(t))
-        elif c == "all_gather_into_tensor":
-            _ALL_GATHER(self.outs[i], inp, group=group)
-        elif c == "reduce_scatter_tensor":
-            _REDUCE_SCATTER(self.outs[i], inp, group=group)
-        else:
-            dist.all_to_all_single(self.outs[i], inp, group=group)
-
-
-# torch 2.13 renamed the *_into_tensor / *_tensor forms to *_single (same backend call).
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-class Variant:
-    """A backend as measured: its group and the LOCAL_WORLD_SIZE its calls see."""
+class TorchVariant:
+    """A torch.distributed backend as measured: its group and the LOCAL_WORLD_SIZE its calls see."""
 
     def __init__(self, label, group, local_world_size):
         self.label, self.group, self.lws = label, group, local_world_size
         self.broken = None  # error text once a call failed; later points are skipped
+        self._sync = torch.zeros(1, dtype=torch.float32)
 
     def enter(self):
         if self.lws is None:
@@ -266,6 +158,35 @@ class Variant:
 
     def leave(self, n):
         os.environ["LOCAL_WORLD_SIZE"] = str(n)
+
+    def sync(self):
+        dist.all_reduce(self._sync, group=self.group)
+
+    def call(self, case, i, t):
+        case.op(self.group, i, t)
+
+
+class Between:
+    """What the calling thread does before each timed call of a pattern."""
+
+    def __init__(self, gap_us, inter_group):
+        self.gap_ns = int(gap_us * 1e3)
+        self.inter_group = inter_group
+        self.a = torch.rand(32, 32)
+        self.b = torch.rand(32, 32)
+        self.c = torch.empty(32, 32)
+        self.tiny = torch.zeros(2, dtype=torch.float32)
+
+    def compute(self):
+        end = time.perf_counter_ns() + self.gap_ns
+        while time.perf_counter_ns() < end:
+            torch.mm(self.a, self.b, out=self.c)
+
+    def interleave(self):
+        dist.all_reduce(self.tiny, group=self.inter_group)
+
+    def get(self, pattern):
+        return {"back-to-back": None, "compute-gap": self.compute, "interleaved": self.interleave}[pattern]
 
 
 def _agree_ok(ok: bool) -> bool:
@@ -281,7 +202,7 @@ def probe(var, coll, dtype, n, rank, root):
         var.enter()
         case = Case(coll, n * 7, dtype, n, rank, 1, root)
         case.fill(0, 0)
-        case.op(var.group, 0, 0)
+        var.call(case, 0, 0)
     except Exception as e:  # noqa: BLE001 - reported as data
         msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
         status = "unsupported" if ("not support" in msg or "NotImplemented" in msg) else "error: " + msg
@@ -297,13 +218,14 @@ def probe(var, coll, dtype, n, rank, root):
     return status if status.startswith("error") else "error: failed on another rank"
 
 
-def run_point(args, var, case, nbuf, size, tcount, n):
-    """Warm-up, timed batches, checks; returns the record for this (coll, size, variant)."""
-    sync = torch.zeros(1, dtype=torch.float32)
+def run_point(args, var, case, nbuf, size, tcount, n, between):
+    """Warm-up, timed batches, checks; returns the record for this (coll, size, pattern, variant)."""
     wrong_iters = wrong_elems = 0
     t_counter = tcount[0]
+    ns = time.perf_counter_ns
 
-    def batch(iters):
+    def batch(iters, walls=None):
+        """Timed calls; `walls` (when given) gets each iteration's whole time, pattern included."""
         nonlocal wrong_iters, wrong_elems, t_counter
         times = []
         done = 0
@@ -312,17 +234,30 @@ def run_point(args, var, case, nbuf, size, tcount, n):
             ts = list(range(t_counter, t_counter + b))
             for i in range(b):
                 case.fill(i, ts[i])
-            dist.all_reduce(sync, group=var.group)  # untimed: ranks start together
-            stamps = [time.perf_counter_ns()]
-            for i in range(b):
-                case.op(var.group, i, ts[i])
-                stamps.append(time.perf_counter_ns())
+            var.sync()  # untimed: ranks start together
+            if between is None:  # back to back: each call starts when the previous returned
+                stamps = [ns()]
+                for i in range(b):
+                    var.call(case, i, ts[i])
+                    stamps.append(ns())
+                times += [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(b)]
+                if walls is not None:
+                    walls += times[-b:]
+            else:
+                for i in range(b):
+                    w0 = ns()
+                    between()
+                    t0 = ns()
+                    var.call(case, i, ts[i])
+                    t1 = ns()
+                    times.append((t1 - t0) / 1e3)
+                    if walls is not None:
+                        walls.append((t1 - w0) / 1e3)
             for i in range(b):
                 w = case.check(i, ts[i])
                 if w:
                     wrong_iters += 1
                     wrong_elems += w
-            times += [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(b)]
             t_counter += b
             done += b
         return times
@@ -333,8 +268,10 @@ def run_point(args, var, case, nbuf, size, tcount, n):
         # Every rotating buffer is used at least once before timing, so per-buffer
         # first-use costs (page faults, memory registration caches) stay out of it.
         warm = max(nbuf, min(args.warmup, int(args.warmup_bytes // max(size, 1))))
-        wt = batch(warm)
-        est = torch.tensor([sorted(wt[1:] or wt)[len(wt[1:] or wt) // 2]], dtype=torch.float64)
+        walls = []
+        batch(warm, walls)  # the budget counts whole iterations: a pattern's gap is spent too
+        ws = sorted(walls[1:] or walls)
+        est = torch.tensor([ws[len(ws) // 2]], dtype=torch.float64)
         dist.all_reduce(est, op=dist.ReduceOp.MAX)  # side channel: gloo default group
         iters = int(min(args.max_iters, max(args.min_iters, round(args.budget * 1e6 / max(est.item(), 1e-3)))))
         warm_wrong = wrong_iters  # warm-up results are checked too, and kept apart
@@ -350,13 +287,46 @@ def run_point(args, var, case, nbuf, size, tcount, n):
     dist.all_reduce(wr, op=dist.ReduceOp.SUM)
     q = torch.quantile(tt, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
     return {"status": "ok", "iters": iters, "warmup": warm, "buffers": nbuf,
-            "time_us": q[1], "p10_us": q[0], "p90_us": q[2],
+            "time_us": q[1], "p10_us": q[0], "p50_us": q[1], "p90_us": q[2],
             "min_us": float(tt.min()), "max_us": float(tt.max()),
             "wrong": int(wr[0]), "wrong_elems": int(wr[1]), "warmup_wrong": int(wr[2])}
 
 
+def _init(args):
+    """(rank, n) of this process, in a torch world or one that mpiexec started."""
+    if args._mpi:
+        from mpi4py import MPI  # MPI_Init, before anything starts threads
+
+        rank, n = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(n),
+                           "LOCAL_WORLD_SIZE": str(n)})
+    else:
+        rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return rank, n
+
+
+def _load_peers(paths):
+    """{(coll, size, pattern): {label: record}} of the MPI worlds that ran before (rank 0 prints them)."""
+    peers, labels = {}, []
+    for path in paths:
+        try:
+            with open(path) as f:
+                for line in f:
+                    r = json.loads(line)
+                    if r.get("kind") == "point" and r.get("backend") not in (None, "*"):
+                        if r["backend"] not in labels:
+                            labels.append(r["backend"])
+                        peers.setdefault((r["coll"], r["size"], r.get("pattern")), {})[r["backend"]] = r
+                    elif r.get("kind") == "error" and r.get("backend") not in labels:
+                        labels.append(r["backend"])
+        except OSError:
+            pass
+    return peers, labels
+
+
 def main(args):
     _set_pdeathsig()
+    cma.allow_peers()
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     torch.set_num_threads(1)
@@ -364,18 +334,21 @@ def main(args):
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.pin == "cores":
+    rank, n = _init(args)
+    if args.pin == "cores" and not args._mpi:  # mpiexec binds its ranks itself
         # Before the process groups start their threads: they inherit it.
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     timeout = datetime.timedelta(seconds=args.pg_timeout)
     dist.init_process_group("gloo", timeout=timeout)
+    inter_group = dist.new_group(backend="gloo", timeout=timeout)
+    between = Between(args.gap_us, inter_group)
     out = open(args._out, "a") if rank == 0 else None
+    rep = {"repeat": args._repeat}
 
     def emit(rec):
         if out:
-            out.write(json.dumps(rec) + "\n")
+            out.write(json.dumps({**rec, **rep}) + "\n")
             out.flush()
 
     def say(line):
@@ -383,12 +356,17 @@ def main(args):
             print(line, flush=True)
 
     variants = []
+    if args._mpi:
+        import _collectives_mpi
+
+        variants.append(_collectives_mpi.MpiVariant(args._mpi))
+        emit({"kind": "library", "world": n, "backend": args._mpi, "library": _collectives_mpi.library()})
     ringx_err = None
-    if "ringx" in args.backends:
+    if "ringx" in args.backends and not args._mpi:
         try:
             import ringx  # noqa: F401  (registers the backend)
 
-            variants.append(Variant("ringx", dist.new_group(backend="ringx", timeout=timeout), n))
+            variants.append(TorchVariant("ringx", dist.new_group(backend="ringx", timeout=timeout), n))
         except Exception as e:  # noqa: BLE001
             ringx_err = f"{type(e).__name__}: {e}".splitlines()[0]
         ok = _agree_ok(ringx_err is None)
@@ -396,15 +374,16 @@ def main(args):
             variants = []
             say(f"# ringx unavailable: {ringx_err or 'failed on another rank'}")
             emit({"kind": "error", "world": n, "backend": "ringx", "error": ringx_err or "another rank"})
-    if "gloo" in args.backends:
+    if "gloo" in args.backends and not args._mpi:
         world = dist.group.WORLD
         modes = args._gloo_modes
         if "torchrun" in modes:
-            variants.append(Variant(report.GLOO_LABELS["torchrun"], world, n))
+            variants.append(TorchVariant(report.GLOO_LABELS["torchrun"], world, n))
         if "tcp" in modes:
-            variants.append(Variant(report.GLOO_LABELS["tcp"], world, None))
+            variants.append(TorchVariant(report.GLOO_LABELS["tcp"], world, None))
+    peers, peer_labels = _load_peers(args._peer) if rank == 0 else ({}, [])
 
-    bound = measure_bound(args, n, rank) if not args.no_bound else None
+    bound = measure_bound(args, n, rank) if not (args.no_bound or args._mpi) else None
     if bound:
         emit({"kind": "bound", "world": n, **bound})
         for line in report.bound_lines(bound, n):
@@ -414,11 +393,16 @@ def main(args):
     el = torch.tensor([], dtype=dtype).element_size()
     llc = _llc_bytes()
     tcount = [0]
-    labels = [v.label for v in variants]
+    labels = [v.label for v in variants] + peer_labels
     for coll in args.colls:
         status = {v.label: probe(v, coll, dtype, n, rank, args.root) for v in variants}
+        for lb in peer_labels:
+            st = [r.get("status", "-") for (c, _, _), p in peers.items() if c == coll for b, r in p.items()
+                  if b == lb]
+            status[lb] = "unsupported" if st and all(x == "unsupported" for x in st) else "ok"
         say("")
-        for line in report.table_header(coll, n, args.dtype, labels, status):
+        for line in report.table_header(coll, n, args.dtype, labels, status, args.patterns, args.gap_us,
+                                        not (args.no_bound or args._mpi)):
             say(line)
         for v in variants:
             v.broken = None
@@ -429,10 +413,11 @@ def main(args):
             if count == 0:
                 continue
             nbytes = count * el
-            per_rank = {"all_to_all_single": 2 * nbytes, "all_gather_into_tensor": nbytes + nbytes // n,
+            per_rank = {"all_to_all_single": 2 * nbytes, "all_to_allv": 3 * nbytes,
+                        "all_gather_into_tensor": nbytes + nbytes // n, "gather": nbytes + nbytes // n,
+                        "scatter": nbytes + nbytes // n,
                         "reduce_scatter_tensor": nbytes + nbytes // n}.get(coll, nbytes)
             nbuf = max(1, min(args.max_buffers, math.ceil(args.rotate_mult * llc / max(per_rank, 1))))
-            row = {}
             case = None
             need = (nbuf + 2) * per_rank  # rotating buffers, the pattern and the check base
             if need * n < 0.6 * _mem_available():
@@ -447,34 +432,49 @@ def main(args):
                       "dtype": args.dtype, "backend": "*", "status": "skipped (memory)"})
                 case = None
                 continue
-            for v in variants:
-                base = {"kind": "point", "world": n, "coll": coll, "backend": v.label,
-                        "dtype": args.dtype, "size": nbytes, "count": count,
-                        "redop": "sum" if coll in REDUCING else "none"}
-                if status[v.label] != "ok" or v.broken:
-                    row[v.label] = {"status": status[v.label] if status[v.label] != "ok"
-                                    else "skipped (earlier error)"}
-                    emit({**base, **row[v.label]})
-                    continue
-                try:
-                    rec = run_point(args, v, case, nbuf, nbytes, tcount, n)
-                    err = None
-                except Exception as e:  # noqa: BLE001
-                    err = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-                    traceback.print_exc()
-                    rec = {"status": "error: " + err}
-                if not _agree_ok(err is None):
-                    rec = {"status": rec["status"] if err else "error: failed on another rank"}
-                    v.broken = rec["status"]
-                if rec["status"] == "ok":
-                    algbw = nbytes / rec["time_us"] / 1e3  # GB/s
-                    rec["algbw_GBps"] = algbw
-                    rec["busbw_GBps"] = algbw * report.bus_factor(coll, n)
-                rec["rss_MiB"] = _rss_mib()
-                row[v.label] = rec
-                emit({**base, **rec})
+            rows = {}
+            patterns = [p for p in args.patterns if p == "back-to-back" or nbytes <= args.pattern_max_bytes]
+            for pattern in patterns:
+                row = rows[pattern] = dict(peers.get((coll, nbytes, pattern), {}))
+                for v in variants:
+                    base = {"kind": "point", "world": n, "coll": coll, "backend": v.label,
+                            "dtype": args.dtype, "size": nbytes, "count": count, "pattern": pattern,
+                            "redop": "sum" if coll in REDUCING else "none"}
+                    if pattern == "compute-gap":
+                        base["gap_us"] = args.gap_us
+                    if status[v.label] != "ok" or v.broken:
+                        row[v.label] = {"status": status[v.label] if status[v.label] != "ok"
+                                        else "skipped (earlier error)"}
+                        emit({**base, **row[v.label]})
+                        continue
+                    try:
+                        rec = run_point(args, v, case, nbuf, nbytes, tcount, n, between.get(pattern))
+                        err = None
+                    except Exception as e:  # noqa: BLE001
+                        err = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                        traceback.print_exc()
+                        rec = {"status": "error: " + err}
+                    if not _agree_ok(err is None):
+                        rec = {"status": rec["status"] if err else "error: failed on another rank"}
+                        v.broken = rec["status"]
+                    if rec["status"] == "ok":
+                        algbw = nbytes / rec["time_us"] / 1e3  # GB/s
+                        rec["algbw_GBps"] = algbw
+                        rec["busbw_GBps"] = algbw * report.bus_factor(coll, n)
+                    rec["rss_MiB"] = _rss_mib()
+                    row[v.label] = rec
+                    emit({**base, **rec})
+            single = None
+            if not (args.no_bound or args._mpi) and nbytes >= args.cma_min_bytes:
+                add = bound["add_concurrent_Bps"] if bound else 0.0
+                single = cma.measure(case, nbuf, args.cma_budget, args.min_iters, args.max_iters, add)
+                single.update({"kind": "cma", "world": n, "coll": coll, "size": nbytes,
+                               "dtype": args.dtype, "root": case.root(0) if args.root >= 0 else 0})
+                emit(single)
+            for j, pattern in enumerate(patterns):
+                say(report.table_row(coll, n, nbytes, count, args.dtype, labels, rows[pattern], bound,
+                                     pattern, single if j == 0 else None))
             del case
-            say(report.table_row(coll, n, nbytes, count, args.dtype, labels, row, bound))
     say("")
     if out:
         out.write(json.dumps({"kind": "done", "world": n}) + "\n")
@@ -485,69 +485,3 @@ def main(args):
     except Exception:  # noqa: BLE001
         pass
     os._exit(0)
-
-
-# ------------------------------------------------------------------- self-test
-
-
-def _emulate(coll, n, count, dtype, t, fault, root=-1):
-    """Every rank's check() result after an emulated call (torch arithmetic on all
-    inputs), optionally with a fault: 'elem' (one wrong element on rank 1), 'noop'
-    (the call did nothing), 'swap' (rank 0 got two segments swapped)."""
-    cases = [Case(coll, count, dtype, n, r, 1, root) for r in range(n)]
-    for c in cases:
-        c.fill(0, t)
-    ins = [c.ins[0].to(torch.float64) for c in cases]
-    seg = cases[0].seg
-    total = sum(ins)
-    for r, c in enumerate(cases):
-        if coll == "all_reduce":
-            res = total
-        elif coll == "broadcast":
-            res = ins[cases[0].root(t)]
-        elif coll == "all_gather_into_tensor":
-            res = torch.cat(ins)
-        elif coll == "reduce_scatter_tensor":
-            res = total[r * seg:(r + 1) * seg]
-        else:
-            res = torch.cat([ins[k][r * seg:(r + 1) * seg] for k in range(n)])
-        res = res.to(dtype).clone()
-        if fault == "elem" and r == 1:
-            res[-1] += 1
-        if fault == "swap" and r == 0:
-            res[:2 * seg] = torch.cat([res[seg:2 * seg], res[:seg]])
-        if fault != "noop":
-            c.result(0).copy_(res)
-    return [c.check(0, t) for c in cases]
-
-
-def self_test() -> int:
-    """The checker against emulated right and wrong results; returns the failures."""
-    failures = 0
-    for name, dt in DTYPES.items():
-        for coll in ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor",
-                     "all_to_all_single"):
-            for n in (2, 3, 4):
-                for t in range(6):
-                    cnt = 7 * n * 3
-                    faults = ["ok", "elem", "noop"] + (
-                        ["swap"] if coll in ("all_gather_into_tensor", "all_to_all_single") else [])
-                    root = -1 if t % 2 else 1  # rotating and fixed roots (broadcast)
-                    for f in faults:
-                        got = _emulate(coll, n, cnt, dt, t, f, root)
-                        broot = t % n if root < 0 else root % n
-                        if f == "ok":
-                            good = all(w == 0 for w in got)
-                        elif f == "elem":
-                            good = got[1] > 0
-                        elif f == "swap":
-                            good = got[0] > 0
-                        else:  # the root of a broadcast already holds its answer
-                            good = all(w > 0 for r, w in enumerate(got)
-                                       if not (coll == "broadcast" and r == broot))
-                        if not good:
-                            failures += 1
-                            print(f"self-test: {coll} {name} n={n} t={t} {f}: wrong elems {got}")
-    print(f"self-test: checker {'ok' if not failures else 'FAILED'} "
-          f"({len(DTYPES)} dtypes x 5 collectives x worlds 2-4, right and faulty results)")
-    return failures

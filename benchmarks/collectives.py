@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Collective benchmark: ringx against gloo, nccl-tests style, in one invocation.
+"""Collective benchmark: ringx against gloo and MPI, nccl-tests style, in one invocation.
 
     python benchmarks/collectives.py                       # world 2 and 4, 8 B .. 256 MiB
     python benchmarks/collectives.py --world 2 --max-bytes 4M --colls all_reduce
+    python benchmarks/collectives.py --pattern back-to-back --backends ringx,mpi
     python benchmarks/collectives.py --plot                # also a PNG next to the JSON
+    python benchmarks/collectives.py --summary FILE.json   # the targets of a saved run
 
 The script spawns its own ranks (a torchrun-like environment: RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, OMP_NUM_THREADS=1) and bounds each
 world with a timeout; the ranks die with it. In each world the default process group
 is gloo and `dist.new_group(backend="ringx")` is ringx, so both backends run in the
-same processes on the same buffers, size by size, interleaved. See
-docs/benchmarks.md for what the columns mean, how the bound is computed and how to
-re-measure the cost model's constants.
+same processes on the same buffers, size by size, interleaved. MPI (Open MPI as
+`mpi`, MPICH as `mpich`) runs just before, in ranks that `mpiexec` from the
+benchmark-only venv starts (`make bench-mpi-venv`), with the same worker, sizes,
+patterns and statistics. See docs/benchmarks.md for what the columns mean, how the
+bounds are computed and how to re-measure the cost model's constants.
 """
 
 from __future__ import annotations
@@ -34,11 +38,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import _collectives_report as report  # noqa: E402
+import _collectives_targets as targets  # noqa: E402
+
+PATTERNS = ["back-to-back", "compute-gap", "interleaved"]
 
 ALIASES = {"all_gather": "all_gather_into_tensor", "allgather": "all_gather_into_tensor",
            "reduce_scatter": "reduce_scatter_tensor", "reducescatter": "reduce_scatter_tensor",
            "all_to_all": "all_to_all_single", "alltoall": "all_to_all_single",
-           "allreduce": "all_reduce", "bcast": "broadcast"}
+           "allreduce": "all_reduce", "bcast": "broadcast", "alltoallv": "all_to_allv"}
+REPO = os.path.dirname(HERE)
+MPI_VENVS = {"mpi": os.path.join(REPO, "build", "bench-mpi-venv"),
+             "mpich": os.path.join(REPO, "build", "bench-mpich-venv")}
+MPI_NAMES = {"mpi": "Open MPI", "mpich": "MPICH"}
 
 
 def parse_bytes(s: str) -> int:
@@ -60,7 +71,24 @@ def parse_args(argv=None):
                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"])
     p.add_argument("--root", type=int, default=0,
                    help="broadcast root (default 0, as nccl-tests); -1 rotates it every iteration")
-    p.add_argument("--backends", default="ringx,gloo", help="ringx,gloo (default both)")
+    p.add_argument("--backends", default="ringx,gloo,mpi",
+                   help="ringx, gloo, mpi (Open MPI), mpich (MPICH), comma-separated (default ringx,gloo,mpi)")
+    p.add_argument("--pattern", default=",".join(PATTERNS),
+                   help="back-to-back, compute-gap, interleaved, comma-separated (default all three)")
+    p.add_argument("--pattern-max-bytes", type=parse_bytes, default=1 << 20,
+                   help="largest size the compute-gap and interleaved patterns run (default 1M; "
+                        "back to back runs every size)")
+    p.add_argument("--gap-us", type=float, default=200,
+                   help="compute-gap: microseconds of CPU work (small matmuls) before each call (default 200)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the whole sweep this many times and report each point's worst/best p50")
+    p.add_argument("--mpi-venv", default=MPI_VENVS["mpi"], help="venv with mpi4py and Open MPI (make bench-mpi-venv)")
+    p.add_argument("--mpich-venv", default=MPI_VENVS["mpich"], help="venv with mpi4py and MPICH")
+    p.add_argument("--mpi-bind", default="none", choices=["none", "core", "mpi-default"],
+                   help="mpiexec's binding of the MPI ranks (default none, as the torch ranks float)")
+    p.add_argument("--mpi-args", default="", help="more mpiexec options, one string")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the issue-12/16 targets and the repeat spread of a saved run, then exit")
     p.add_argument("--gloo-modes", default="auto", choices=["auto", "torchrun", "tcp", "both"],
                    help="gloo as torchrun launches it (LOCAL_WORLD_SIZE set), over TCP with the "
                         "shared-memory path off (LOCAL_WORLD_SIZE unset), or both; auto = both when "
@@ -69,7 +97,8 @@ def parse_args(argv=None):
                    help="none: ranks float over the CPUs, as torchrun starts them (default); cores: rank r "
                         "and every thread it starts on the r-th allowed CPU (modulo their number)")
     p.add_argument("--budget", type=float, default=0.25,
-                   help="seconds of timed iterations per (collective, size, backend) (default 0.25)")
+                   help="seconds of timed iterations per (collective, size, pattern, backend), a pattern's "
+                        "gap included (default 0.25)")
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations (fewer above 16 MiB; never fewer than one per rotating buffer)")
@@ -80,9 +109,15 @@ def parse_args(argv=None):
                    help="rotating buffers span this many last-level caches (default 4)")
     p.add_argument("--bound-mib", type=int, default=128, help="buffer size of the rate measurements")
     p.add_argument("--bound-reps", type=int, default=5)
-    p.add_argument("--no-bound", action="store_true", help="skip the memcpy / a+b measurement")
+    p.add_argument("--no-bound", action="store_true",
+                   help="skip the memcpy / a+b measurement and the single-copy bound")
+    p.add_argument("--cma-min-bytes", type=parse_bytes, default=64 << 10,
+                   help="smallest size whose single-copy bound is measured (default 64K)")
+    p.add_argument("--cma-budget", type=float, default=0.05,
+                   help="seconds of process_vm_readv iterations per (collective, size) (default 0.05)")
     p.add_argument("--pg-timeout", type=float, default=120, help="process-group timeout, seconds")
-    p.add_argument("--timeout", type=float, default=1500, help="wall-clock bound per world, seconds")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="wall-clock bound per world (and per MPI world), seconds (default 3600)")
     p.add_argument("--json", default=None, help="output JSON (default bench-results/collectives-<time>.json)")
     p.add_argument("--plot", nargs="?", const="", default=None,
                    help="write a PNG (default: the JSON path with .png)")
@@ -93,6 +128,9 @@ def parse_args(argv=None):
     p.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_gloo-modes", dest="_gloo_modes", default="torchrun", help=argparse.SUPPRESS)
+    p.add_argument("--_mpi", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_peer", action="append", default=[], help=argparse.SUPPRESS)
+    p.add_argument("--_repeat", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.worlds = [int(w) for w in a.world.split(",") if w.strip()]
     a.colls = [ALIASES.get(c.strip(), c.strip()) for c in a.colls.split(",") if c.strip()]
@@ -100,6 +138,15 @@ def parse_args(argv=None):
     if bad:
         p.error(f"unknown collective(s) {bad}; choose from {report.COLLS}")
     a.backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    bad = [b for b in a.backends if b not in ("ringx", "gloo", "mpi", "mpich")]
+    if bad:
+        p.error(f"unknown backend(s) {bad}; choose from ringx, gloo, mpi, mpich")
+    a.patterns = [x.strip() for x in a.pattern.split(",") if x.strip()]
+    bad = [x for x in a.patterns if x not in PATTERNS]
+    if bad:
+        p.error(f"unknown pattern(s) {bad}; choose from {PATTERNS}")
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
     if a.step_factor < 2:
         p.error("--step-factor must be >= 2")
     sizes, s = [], max(1, a.min_bytes)
@@ -200,11 +247,11 @@ def _stop(procs):
             p.wait()
 
 
-def run_world(n, args, gloo_modes, logdir) -> tuple[list, str | None]:
+def run_world(n, args, gloo_modes, logdir, repeat=0, peers=()) -> tuple[list, str | None]:
     """Spawn n ranks, wait (bounded), return (records, error or None)."""
-    out = os.path.join(logdir, f"world{n}.jsonl")
+    out = os.path.join(logdir, f"world{n}-r{repeat}.jsonl")
     port = free_port()
-    argv = [a for a in sys.argv[1:]]
+    argv = [a for a in sys.argv[1:]] + ["--_repeat", str(repeat)] + [x for p in peers for x in ("--_peer", p)]
     procs, logs = [], []
     try:
         for r in range(n):
@@ -216,7 +263,7 @@ def run_world(n, args, gloo_modes, logdir) -> tuple[list, str | None]:
                         "TORCHELASTIC_RUN_ID": f"bench-{os.getpid()}", "TORCHELASTIC_RESTART_COUNT": "0",
                         "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": "1",
                         "PYTHONUNBUFFERED": "1"})
-            log = os.path.join(logdir, f"world{n}-rank{r}.log")
+            log = os.path.join(logdir, f"world{n}-r{repeat}-rank{r}.log")
             logs.append(log)
             lf = open(log, "w")
             procs.append(subprocess.Popen(
@@ -261,12 +308,118 @@ def run_world(n, args, gloo_modes, logdir) -> tuple[list, str | None]:
     return records, err
 
 
+def mpiexec_argv(label, n, args) -> list[str]:
+    """mpiexec and its options: shared-memory transports only, every rank on this host."""
+    venv = args.mpi_venv if label == "mpi" else args.mpich_venv
+    exe = os.path.join(venv, "bin", "mpiexec")
+    if label == "mpi":
+        # ob1 with the self and sm BTLs: shared memory, single copy through CMA as it
+        # chooses by default; no UCX, no TCP. More ranks than cores needs OVERSUBSCRIBE.
+        opts = ["--map-by", ":OVERSUBSCRIBE", "--mca", "pml", "ob1", "--mca", "btl", "self,sm"]
+        if args.mpi_bind != "mpi-default":
+            opts += ["--bind-to", args.mpi_bind]
+    else:
+        opts = [] if args.mpi_bind == "mpi-default" else ["-bind-to", args.mpi_bind]
+    return [exe, "-n", str(n), *opts, *args.mpi_args.split()]
+
+
+def run_mpi_world(label, n, args, logdir, repeat=0) -> tuple[list, str | None, str]:
+    """The MPI ranks of one world under mpiexec (bounded); (records, error, records file)."""
+    out = os.path.join(logdir, f"world{n}-r{repeat}-{label}.jsonl")
+    venv = args.mpi_venv if label == "mpi" else args.mpich_venv
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py) or not os.path.exists(os.path.join(venv, "bin", "mpiexec")):
+        return [], (f"world {n}: {label} skipped: no {venv} (make bench-mpi-venv sets it up)"), out
+    env = dict(os.environ)
+    # No ringx in MPI ranks: torch's autoload of it would load the UCX wheel's libraries
+    # into a process where the MPI wheel has its own UCS (undefined-symbol errors).
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1", "TORCHELASTIC_RUN_ID": f"bench-{os.getpid()}",
+                "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    if os.geteuid() == 0:
+        env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    cmd = mpiexec_argv(label, n, args) + [py, os.path.abspath(__file__), *sys.argv[1:], "--_worker",
+                                          "--_mpi", label, "--_out", out, "--_repeat", str(repeat)]
+    log = os.path.join(logdir, f"world{n}-r{repeat}-{label}.log")
+    err = None
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline, done_at = time.time() + args.timeout, None
+        while proc.poll() is None:
+            if done_at is None and _done(out):
+                done_at = time.time()
+            if time.time() > deadline:
+                err = f"world {n}: {label} timed out after {args.timeout:.0f} s (--timeout); ranks killed"
+                break
+            if done_at and time.time() - done_at > 30:
+                break
+            time.sleep(0.2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if err is None and not _done(out):
+        err = f"world {n}: {label} exited {proc.returncode} before finishing (command: {' '.join(cmd[:12])} ...)"
+    if err:
+        with open(log) as f:
+            print(f"---- {log} (tail) ----\n{f.read()[-2500:]}", file=sys.stderr)
+    records = []
+    if os.path.exists(out):
+        with open(out) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    return records, err, out
+
+
 def _done(path) -> bool:
     try:
         with open(path) as f:
             return any('"kind": "done"' in line for line in f)
     except OSError:
         return False
+
+
+def print_summary(records, meta, args_backends) -> dict:
+    """The closing tables (also what --summary prints from a saved JSON); returns the rows."""
+    gloo_labels, mpi_labels = meta.get("gloo_labels", []), meta.get("mpi_labels", [])
+    worlds, colls = meta["worlds"], meta["colls"]
+    print()
+    for line in report.key_numbers(records, worlds, gloo_labels + mpi_labels):
+        print(line)
+    print()
+    if "ringx" in args_backends:
+        others = gloo_labels + mpi_labels
+        if others:
+            for line in report.ratio_tables(records, worlds, colls, others):
+                print(line)
+        if gloo_labels:
+            for line in report.targets(records, meta):
+                print(line)
+            print()
+        rows = targets.summary(records, meta)
+        loads = [float(v.split()[0]) for la in meta.get("load_average", {}).values() for v in la.values()
+                 if v and v != "?"]
+        cpus = meta.get("machine_info", {}).get("cpus") or 1
+        if loads and max(loads) > cpus:
+            print(f"# WARNING: load average up to {max(loads):.1f} on {cpus} CPUs during this run: other work "
+                  f"shared the cores, MPI's busy-polling ranks suffer most, and the verdicts below say more "
+                  f"about that work than about the backends")
+        for line in targets.format_rows("issue 12 targets (latency as training sees it)", rows["issue12"]):
+            print(line)
+        print()
+        for line in targets.format_rows("issue 16 targets (single-copy intra-host collectives)", rows["issue16"]):
+            print(line)
+    else:
+        rows = {}
+    spread = targets.spread_table(records, ["ringx"] + gloo_labels + mpi_labels)
+    if spread:
+        print()
+        for line in spread:
+            print(line)
+    return rows
 
 
 def main():
@@ -277,9 +430,14 @@ def main():
         _collectives_worker.main(args)
         return 0
     if args.self_test:
-        import _collectives_worker
+        import _collectives_cases
 
-        return 1 if _collectives_worker.self_test() else 0
+        return 1 if _collectives_cases.self_test() else 0
+    if args.summary:
+        with open(args.summary) as f:
+            saved = json.load(f)
+        print_summary(saved["records"], saved["meta"], ["ringx"])
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     json_path = args.json or os.path.join(os.getcwd(), "bench-results", f"collectives-{stamp}.json")
@@ -291,12 +449,27 @@ def main():
     else:
         modes = {"torchrun": ["torchrun"], "tcp": ["tcp"], "both": ["torchrun", "tcp"]}[args.gloo_modes]
     gloo_labels = [report.GLOO_LABELS[m] for m in modes] if "gloo" in args.backends else []
+    mpi_labels = [b for b in args.backends if b in report.MPI_LABELS]
+    chosen = any(x == "--backends" or x.startswith("--backends=") for x in sys.argv[1:])
+    for lb in list(mpi_labels):
+        venv = args.mpi_venv if lb == "mpi" else args.mpich_venv
+        if not os.path.exists(os.path.join(venv, "bin", "mpiexec")):
+            why = f"{lb}: no {venv} (`make bench-{'mpi' if lb == 'mpi' else 'mpich'}-venv` sets it up)"
+            if chosen:
+                print(f"# ERROR: {why}", file=sys.stderr)
+                return 2
+            print(f"# {why}: running without it")
+            mpi_labels.remove(lb)
+            args.backends.remove(lb)
     mach = machine()
     meta = {"machine": f"{mach.get('cpu', '?')}, {mach.get('cpus')} cpus, {mach.get('mem_GiB', '?')} GiB; "
                        f"torch {mach.get('torch')}, ringx {mach.get('ringx')} (repo at {mach.get('git', '?')})",
             "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
-            "gloo_labels": gloo_labels, "argv": sys.argv[1:], "pin": args.pin,
+            "gloo_labels": gloo_labels, "mpi_labels": mpi_labels, "patterns": args.patterns,
+            "gap_us": args.gap_us, "repeats": args.repeats, "argv": sys.argv[1:], "pin": args.pin,
+            "mpi_bind": args.mpi_bind,
+            "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
     print(f"# {meta['machine']}")
     print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
@@ -307,46 +480,63 @@ def main():
                 "gloo-tcp": "gloo with LOCAL_WORLD_SIZE unset (shared-memory path off: TCP)"}
         for lb in gloo_labels:
             print(f"#   {lb:8s} = {desc[lb]}")
+    for lb in mpi_labels:
+        print(f"#   {lb:8s} = {MPI_NAMES[lb]} through mpi4py, separate ranks run just before each world: "
+              + " ".join(os.path.relpath(x) if os.path.isabs(x) else x for x in meta["mpiexec"][lb][:1])
+              + " " + " ".join(meta["mpiexec"][lb][1:]))
     if args.pin == "cores":
         print("# ranks pinned: rank r and its threads on the r-th allowed CPU (--pin cores)")
     if meta["env"]:
         print("# environment: " + " ".join(f"{k}={v}" for k, v in meta["env"].items()))
-    print("# time = median over iterations of the slowest rank's time; p10/p90 of the same; "
+    print("# time = median (p50) over iterations of the slowest rank's time; p90 of the same; "
           "algbw = size/time; busbw = algbw * nccl-tests factor; GB = 1e9 B")
 
     records, errors = [], []
+    libraries = meta.setdefault("mpi_library", {})
+    t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="ringx-bench-") as logdir:
-        for n in args.worlds:
-            print(f"\n######## world {n} ########   (load average {_loadavg()})", flush=True)
-            t0 = time.time()
-            load = {"start": _loadavg()}
-            recs, err = run_world(n, args, modes, logdir)
-            load["end"] = _loadavg()
-            meta.setdefault("load_average", {})[str(n)] = load
-            records += recs
-            if err:
-                errors.append(err)
-                print(f"# ERROR: {err}", flush=True)
-            print(f"# world {n}: {time.time() - t0:.0f} s (load average now {load['end']}: "
-                  f"other work on this machine inflates times and spreads)", flush=True)
-
-    print()
-    for line in report.key_numbers(records, args.worlds, gloo_labels):
-        print(line)
-    print()
-    if "ringx" in args.backends and gloo_labels:
-        for line in report.ratio_tables(records, args.worlds, args.colls, gloo_labels):
-            print(line)
-        for line in report.targets(records, meta):
-            print(line)
+        for rep in range(args.repeats):
+            if args.repeats > 1:
+                print(f"\n################ repeat {rep + 1} of {args.repeats} ################", flush=True)
+            for n in args.worlds:
+                print(f"\n######## world {n} ########   (load average {_loadavg()})", flush=True)
+                t0 = time.time()
+                load = {"start": _loadavg()}
+                peers = []
+                for lb in mpi_labels:
+                    t1 = time.time()
+                    recs, err, path = run_mpi_world(lb, n, args, logdir, rep)
+                    records += recs
+                    peers.append(path)
+                    for r in recs:
+                        if r.get("kind") == "library":
+                            libraries[lb] = r["library"]
+                    if err:
+                        errors.append(err)
+                        print(f"# ERROR: {err}", flush=True)
+                    else:
+                        print(f"# world {n}: {lb} ({libraries.get(lb, '?')}) measured in {time.time() - t1:.0f} s "
+                              f"by its own ranks; its columns below", flush=True)
+                recs, err = run_world(n, args, modes, logdir, rep, peers)
+                load["end"] = _loadavg()
+                meta.setdefault("load_average", {})[f"{n}" if rep == 0 else f"{n}/r{rep}"] = load
+                records += recs
+                if err:
+                    errors.append(err)
+                    print(f"# ERROR: {err}", flush=True)
+                print(f"# world {n}: {time.time() - t0:.0f} s (load average now {load['end']}: "
+                      f"other work on this machine inflates times and spreads)", flush=True)
+    meta["wall_s"] = round(time.time() - t_start)
+    rows = print_summary(records, meta, args.backends)
     if args.fit:
         print()
         for line in report.fits(records, args.worlds):
             print(line)
     meta["errors"] = errors
     with open(json_path, "w") as f:
-        json.dump({"meta": meta, "records": records}, f, indent=1)
-    print(f"\n# JSON: {json_path}")
+        json.dump({"meta": meta, "records": records, "summary": rows}, f, indent=1)
+    print(f"\n# whole run: {meta['wall_s']} s")
+    print(f"# JSON: {json_path}")
     if args.plot is not None:
         png = args.plot or os.path.splitext(json_path)[0] + ".png"
         why = report.plot(records, meta, png)

@@ -1,0 +1,115 @@
+"""benchmarks/collectives.py's pure parts: the issue-12/16 target verdicts and the repeat
+spread computed from records, the single-copy schedules and the process_vm_readv
+helper. No ranks are started: the records are written here, with known answers."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+
+import _collectives_cma as cma  # noqa: E402
+import _collectives_report as report  # noqa: E402
+import _collectives_targets as targets  # noqa: E402
+from _collectives_cases import Case  # noqa: E402
+
+META = {"patterns": ["back-to-back", "compute-gap", "interleaved"], "worlds": [2], "colls": report.COLLS,
+        "dtype": "float32", "gloo_labels": ["gloo"], "mpi_labels": ["mpi"]}
+
+
+def pt(backend, coll, size, t, pattern="back-to-back", world=2, repeat=0):
+    return {"kind": "point", "world": world, "coll": coll, "size": size, "backend": backend, "status": "ok",
+            "pattern": pattern, "repeat": repeat, "time_us": t, "p90_us": t}
+
+
+def verdicts(rows):
+    return {r[0]: r[3] for r in rows}
+
+
+def test_issue12_small_message_targets_follow_the_stated_limits():
+    recs = [pt("ringx", "all_reduce", 8, 7.5), pt("mpi", "all_reduce", 8, 1.0), pt("gloo", "all_reduce", 8, 100),
+            # limit max(2 x 1.0, 4.4 + 6) = 10.4: 10.0 passes; gather's 11.0 at 4 KiB does not
+            pt("ringx", "gather", 4096, 11.0), pt("mpi", "gather", 4096, 2.0), pt("gloo", "gather", 4096, 30.0),
+            pt("ringx", "all_reduce", 8, 12.0, "compute-gap"), pt("ringx", "all_reduce", 8, 9.0, "interleaved"),
+            pt("gloo", "all_reduce", 8, 200, "compute-gap"), pt("gloo", "all_reduce", 8, 200, "interleaved")]
+    v = verdicts(targets.issue12(recs, META))
+    assert v["8 B all_reduce w2, back to back"] == "met"  # 7.5 <= 8.0
+    assert v["every collective <= 4 KiB w2, back to back"] == "MISSED"  # gather 11.0 > 10.4
+    assert v["compute-gap <= 4 KiB, ringx / its back-to-back"] == "MISSED"  # 12 / 7.5 = 1.6
+    assert v["interleaved <= 4 KiB, ringx / its back-to-back"] == "met"  # 9 / 7.5 = 1.2
+    # gather 11 / 30 = 0.37 and all_reduce <= 0.075: every ratio <= 0.5
+    assert v["any pattern, size, collective: ringx / gloo"] == "met"
+    assert v["8 B all_reduce w4, back to back"] == "n/a"
+
+
+def test_issue12_repeat_spread_is_worst_over_best_per_point():
+    recs = [pt("ringx", "all_reduce", 1 << 20, 100, repeat=0), pt("ringx", "all_reduce", 1 << 20, 125, repeat=1),
+            pt("ringx", "all_reduce", 8, 10, repeat=0), pt("ringx", "all_reduce", 8, 25, repeat=1)]
+    rows = {r[0]: r for r in targets.issue12(recs, META)}
+    big = rows["2 repeats, worst/best p50 per point, sizes >= 1 MiB"]
+    small = rows["2 repeats, worst/best p50 per point, sizes <= 4 KiB"]
+    assert big[3] == "met" and "1.25" in big[1]
+    assert small[3] == "MISSED" and "2.50" in small[1]
+    # A point's time over repeats is the median of the repeats' p50s.
+    assert targets.Points(recs).t("back-to-back", 2, "all_reduce", 8, "ringx") == pytest.approx(17.5)
+
+
+def test_issue16_compares_with_the_better_mpi_or_the_bound():
+    mib = 1 << 20
+    recs = [pt("ringx", "all_gather_into_tensor", mib, 100.0), pt("mpi", "all_gather_into_tensor", mib, 130.0),
+            pt("mpich", "all_gather_into_tensor", mib, 125.0),
+            pt("ringx", "all_reduce", mib, 100.0), pt("mpi", "all_reduce", mib, 150.0),
+            {"kind": "cma", "world": 2, "coll": "all_gather_into_tensor", "size": mib, "status": "ok",
+             "bound_us": 90.0},
+            {"kind": "cma", "world": 2, "coll": "all_reduce", "size": mib, "status": "ok", "bound_us": 70.0}]
+    v = verdicts(targets.issue16(recs, META))
+    # all_gather: the better MPI is MPICH (125 us); 1.2x its busbw needs <= 104.2 us: 100 passes.
+    assert v["all_gather w2 >= 256 KiB busbw"] == "met"
+    # all_reduce: 2x Open MPI's busbw needs <= 75 us: 100 misses.
+    assert v["all_reduce w2 >= 256 KiB busbw"] == "MISSED"
+    # the bound: 90 / 100 = 90% >= 80%; 70 / 100 = 70% < 80%
+    assert v["all_gather w2 >= 1 MiB, bound / ringx time"] == "met"
+    assert v["all_reduce w2 >= 1 MiB, bound / ringx time"] == "MISSED"
+
+
+def test_issue16_takes_the_bound_where_mpi_times_1_2_exceeds_it():
+    mib = 1 << 20
+    recs = [pt("ringx", "broadcast", mib, 100.0), pt("mpi", "broadcast", mib, 80.0),
+            {"kind": "cma", "world": 2, "coll": "broadcast", "size": mib, "status": "ok", "bound_us": 92.0}]
+    # 1.2x MPI would need 66.7 us, faster than the bound (92 us): the target is 90% of the
+    # bound's busbw instead, i.e. <= 102.2 us, which 100 meets.
+    assert verdicts(targets.issue16(recs, META))["broadcast w2 >= 256 KiB busbw"] == "met"
+
+
+def test_table_row_shows_every_backend_and_the_bound():
+    rec = {"status": "ok", "time_us": 50.0, "p90_us": 60.0, "algbw_GBps": 1.0, "busbw_GBps": 0.5, "wrong": 0}
+    row = {"ringx": rec, "mpi": {**rec, "time_us": 40.0}, "gloo": {"status": "unsupported"}}
+    single = {"status": "ok", "cma_GBps": 9.5, "bound_us": 25.0}
+    line = report.table_row("all_gather_into_tensor", 2, 65536, 16384, "float32", ["ringx", "gloo", "mpi"], row,
+                            None, "back-to-back", single)
+    assert "unsupported" in line and " 40.0 " in line and "9.50" in line and "50.0%" in line
+
+
+@pytest.mark.parametrize("coll,expect", [
+    ("all_gather_into_tensor", lambda N, n: N), ("all_to_all_single", lambda N, n: N),
+    ("broadcast", lambda N, n: N), ("scatter", lambda N, n: N // n),
+    ("reduce_scatter_tensor", lambda N, n: (n - 1) * N // n), ("all_reduce", lambda N, n: 2 * (n - 1) * N // n),
+])
+def test_single_copy_schedule_reads_the_documented_bytes(coll, expect):
+    n, N = 4, 4096 * 4
+    rank = 1  # not the root: broadcast and scatter read from it
+    case = Case(coll, N // 4, torch.float32, n, rank, 1, 0)
+    peers = [(os.getpid(), [case.ins[0].data_ptr()]) for _ in range(n)]
+    reads = cma.reads_for(case, 0, peers, torch.empty(N // 4))
+    assert sum(r.length for r in reads) == expect(N, n)
+
+
+def test_process_vm_readv_copies_the_bytes():
+    src = torch.arange(1 << 16, dtype=torch.int32)
+    dst = torch.zeros_like(src)
+    cma.Read(os.getpid(), src.data_ptr(), dst.data_ptr(), src.numel() * 4)()
+    assert torch.equal(src, dst)
+    with pytest.raises(OSError):
+        cma.Read(os.getpid(), 8, dst.data_ptr(), 64)()  # an unmapped remote address
