@@ -368,3 +368,17 @@ TEST_CASE("random mismatched calls never return wrong data, on the network and t
     CHECK(c.wrong == 0);
   }
 }
+
+TEST_CASE("ranks whose settings pick different algorithms for the same call fail naming the algorithm") {
+  World w(2, false);
+  onEachRank(2, [&](int r) {
+    std::vector<float> buf(4096, float(r + 1));
+    CollArgs a{Collective::AllReduce, r, 2, 1};
+    a.buf = buf.data();
+    a.count = buf.size();
+    const Algorithm& alg = selectAlgorithm(a, AlgoOverride(r == 0 ? "ring" : "recursive_doubling"));
+    auto err = runOp(*w.comms[r], "all_reduce", 1, buildChecked(alg, a), 5s);
+    const std::string what = err ? err->what() : "no error";
+    RANK_REQUIRE_SAYING(what, what.find("they differ in the algorithm or its segment size") != std::string::npos);
+  });
+}

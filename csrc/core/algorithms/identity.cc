@@ -1,5 +1,7 @@
 #include "core/algorithms/identity.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
@@ -10,7 +12,7 @@
 
 namespace ringx {
 
-void addIdentityChecks(Schedule& s, const CollArgs& a) {
+void addIdentityChecks(Schedule& s, const CollArgs& a, const CollIdentity& mine) {
   std::set<int> peers;
   std::vector<std::pair<StepId, int>> recvs;
   for (StepId i = 0; i < s.steps().size(); ++i) {
@@ -22,7 +24,6 @@ void addIdentityChecks(Schedule& s, const CollArgs& a) {
     }
   }
   if (peers.empty()) return;
-  const CollIdentity mine = identityOf(a);
   const uint64_t tag = collTag(a.seq, kIdentityTagIndex);
   auto* out = s.scratch(sizeof(CollIdentity));
   std::memcpy(out, &mine, sizeof(mine));
@@ -64,7 +65,10 @@ Schedule buildRejection(const CollArgs& a, const std::string& why) {
 
 Schedule buildChecked(const Algorithm& alg, const CollArgs& a) {
   Schedule s = alg.build(a);
-  addIdentityChecks(s, a);
+  CollIdentity id = identityOf(a);
+  id.algorithm = uint8_t(1 + (&alg - algorithms().data()));
+  id.segmentBytes = uint32_t(std::min<size_t>(a.segmentBytes, UINT32_MAX));
+  addIdentityChecks(s, a, id);
   return s;
 }
 

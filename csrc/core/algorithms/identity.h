@@ -17,7 +17,7 @@ namespace ringx {
 // lands in this rank's buffers, and the op ends only once every peer it
 // talks to has joined the same collective. Costs one small message per peer
 // and direction; shared-memory schedules (no transfers) are unchanged.
-void addIdentityChecks(Schedule& s, const CollArgs& a);
+void addIdentityChecks(Schedule& s, const CollArgs& a, const CollIdentity& mine);
 
 // The schedule of a call that this rank rejected for arguments only it can
 // check (`why`): its identity, marked rejected, to every other rank, then a

@@ -30,7 +30,9 @@ std::string mismatch(const CollIdentity& mine, const CollIdentity& theirs, int t
   differs(mine.root != theirs.root, "the root");
   differs(mine.op != theirs.op || mine.flags != theirs.flags, "the reduce op");
   differs(mine.dtype != theirs.dtype, "the dtype");
-  differs(mine.count != theirs.count, "the element count");
+  differs(mine.count != theirs.count, "the element count (the ranks passed tensors of different sizes)");
+  differs(mine.algorithm != theirs.algorithm || mine.segmentBytes != theirs.segmentBytes,
+          "the algorithm or its segment size (set RINGX_ALGO and RINGX_CHUNK_BYTES alike on every rank)");
   return "rank " + std::to_string(theirRank) + " called " + describe(theirs) + " where this rank called " +
          describe(mine) + "; they differ in " + what +
          ". Every rank must call the same collectives in the same order with the same root, reduce "

@@ -58,10 +58,15 @@ struct CollIdentity {
   uint8_t dtype = 0;   // DType
   uint8_t op = 0;      // ReduceOp for reductions, 0 otherwise
   uint8_t flags = 0;   // kReduction, kRejected
+  // The schedule's shape, which the ranks derive from their own settings
+  // (RINGX_ALGO, RINGX_CHUNK_BYTES): 1 + the algorithm's row in the registry
+  // and the pipelining segment, where the identity travels with messages.
+  uint32_t segmentBytes = 0;
+  uint8_t algorithm = 0;
 
   bool operator==(const CollIdentity&) const = default;
 };
-static_assert(sizeof(CollIdentity) == 24);
+static_assert(sizeof(CollIdentity) == 32);
 
 // "all_reduce (SUM, float32, 16 elements, seq 3)".
 std::string describe(const CollIdentity& id);

@@ -23,6 +23,7 @@ namespace {
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
+static_assert(kHeadersOffset + 2 * sizeof(ShmArea::SlotHeader) <= kReleasedOffset);
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);

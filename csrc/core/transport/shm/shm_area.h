@@ -70,7 +70,10 @@ class ShmArea {
   std::vector<int> holdingSlot(uint64_t id) const;
 
   // Chunks are numbered across all ops that use the area, in submission
-  // order, so every rank agrees on each chunk's slot and counter values.
+  // order, so every rank agrees on each chunk's slot and counter values. The
+  // caller reserves them under the same lock that numbers its calls and
+  // submits them (ProcessGroupRingx::submitBuilt), so that ops issued from
+  // several threads get chunk ids in the order of their sequence numbers.
   uint64_t reserveChunks(uint64_t n) { return nextChunk_.fetch_add(n); }
   // The last chunk this rank has finished with, so the next op's first chunk
   // waits for the previous op's last one.
