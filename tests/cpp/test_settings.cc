@@ -12,6 +12,7 @@
 
 using namespace ringx;
 using ringx::test::MemoryStore;
+using ringx::test::assertionMutex;
 using ringx::test::onEachRank;
 
 namespace {
@@ -34,7 +35,7 @@ class ScopedEnv {
 // each rank's error text ("" when it passed). Every error must be InvalidArgument.
 template <typename RecordFn>
 std::vector<std::string> checkOnEachRank(MemoryStore& store, int size, RecordFn record) {
-  std::vector<std::string> errors(size_t(size));
+  std::vector<std::string> errors(static_cast<size_t>(size));
   onEachRank(size, [&](int rank) {
     try {
       checkSettingsAgree(store, "g/settings", rank, size, record(rank));
@@ -101,7 +102,7 @@ TEST_CASE("typed reads take the environment's value, else the default, and name 
   }
 }
 
-TEST_CASE("ranks that agree on the schedule settings pass; a flag given as its default agrees with unset") {
+TEST_CASE("ranks that agree on the schedule settings pass, and a flag given as its default agrees with unset") {
   std::string unset, explicitDefault;
   {
     ScopedEnv v("RINGX_SHM", nullptr);
