@@ -65,15 +65,19 @@ def _load_failure_message(err):
     )
 
 
-def _in_torch_autoload():
-    """True while torch's import loads the torch.backends entry points."""
-    frame = _sys._getframe(1)
+def _torch_autoload_depth():
+    """While torch's import loads the torch.backends entry points: how many frames
+    above the module's own frame torch's loader is (a warnings stacklevel); else None."""
+    frame, depth = _sys._getframe(2), 2
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_import_device_backends" and "torch" in code.co_filename:
-            return True
+            return depth
+        # warnings counts no frames of the import machinery.
+        if not ("importlib" in code.co_filename and "_bootstrap" in code.co_filename):
+            depth += 1
         frame = frame.f_back
-    return False
+    return None
 
 
 try:
@@ -87,10 +91,12 @@ try:
 
     from . import _C
 except Exception as _err:  # noqa: BLE001 - every failure gets the same clear message
-    if not _in_torch_autoload():
+    _depth = _torch_autoload_depth()
+    if _depth is None:
         raise ImportError(_load_failure_message(_err)) from _err
     _load_error = _load_failure_message(_err)
-    _warnings.warn(_load_error, RuntimeWarning, stacklevel=2)
+    # Attributed to torch's loader, the line the user's `import torch` led to.
+    _warnings.warn(_load_error, RuntimeWarning, stacklevel=_depth)
 
 __all__ = ["algorithms", "monitored_barrier"]
 

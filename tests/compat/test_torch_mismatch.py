@@ -35,10 +35,12 @@ def run(cmd, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def torch_version(py):
-    rc, out, err = run([py, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
+def torch_versions(py):
+    """(torch.__version__, the version in torch's metadata): 2.14.1+cu130 and 2.14.1 for one wheel."""
+    rc, out, err = run([py, "-c", "import importlib.metadata as m, torch; print(torch.__version__, m.version('torch'))"],
+                       env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert rc == 0, err
-    return out.strip()
+    return tuple(out.split())
 
 
 def wheel_torch_pin(wheel):
@@ -55,15 +57,15 @@ def wheel_torch_pin(wheel):
 @pytest.fixture(scope="module")
 def sides():
     a, b = side("A"), side("B")
-    va, vb = torch_version(a[0]), torch_version(b[0])
-    assert va.split("+")[0] != vb.split("+")[0], f"both venvs have torch {va}"
-    return {"A": (*a, va), "B": (*b, vb)}
+    va, vb = torch_versions(a[0]), torch_versions(b[0])
+    assert va[1].split("+")[0] != vb[1].split("+")[0], f"both venvs have torch {va[1]}"
+    return {"A": (*a, *va), "B": (*b, *vb)}
 
 
 @pytest.mark.parametrize("wheel_from,into", [("A", "B"), ("B", "A")])
 def test_pip_refuses_a_wheel_with_another_torch(sides, wheel_from, into):
-    _, wheel, built_for = sides[wheel_from]
-    py, _, have = sides[into]
+    _, wheel, built_for, _ = sides[wheel_from]
+    py, _, have, _ = sides[into]
     assert wheel_torch_pin(wheel) == built_for.split("+")[0]
     rc, out, err = run([py, "-m", "pip", "install", "--dry-run", "--no-index", wheel,
                         f"torch=={have.split('+')[0]}"])
@@ -75,27 +77,36 @@ def test_pip_refuses_a_wheel_with_another_torch(sides, wheel_from, into):
 
 @pytest.fixture(scope="module")
 def forced(sides, tmp_path_factory):
-    """A venv whose torch is B's (through a .pth) with A's wheel installed without its deps."""
-    py_b, _, _ = sides["B"]
-    _, wheel_a, _ = sides["A"]
+    """A venv whose torch is B's (through a .pth) with A's wheel installed without its deps.
+
+    B's site-packages holds B's own ringx too: A's is installed with --ignore-installed,
+    so that pip leaves B's alone, and shadows it (the venv's own site-packages comes first
+    on sys.path, and importlib.metadata and pip take the first distribution of a name).
+    """
+    py_b = sides["B"][0]
+    wheel_a = sides["A"][1]
     venv = tmp_path_factory.mktemp("forced") / "venv"
     rc, _, err = run([py_b, "-m", "venv", "--without-pip", str(venv)])
     assert rc == 0, err
     py = str(venv / "bin" / "python")
-    rc, out, err = run([py, "-c", "import site; print(site.getsitepackages()[0])"])
+    rc, site, err = run([py, "-c", "import site; print(site.getsitepackages()[0])"])
     assert rc == 0, err
+    site = site.strip()
     rc, b_site, err = run([py_b, "-c", "import importlib.metadata as m; print(m.distribution('torch').locate_file(''))"])
     assert rc == 0, err
-    with open(os.path.join(out.strip(), "torch_from_b.pth"), "w") as f:
+    with open(os.path.join(site, "torch_from_b.pth"), "w") as f:
         f.write(b_site.strip() + "\n")
-    rc, out, err = run([py_b, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index", wheel_a])
+    rc, out, err = run([py_b, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
+                        "--ignore-installed", wheel_a])
     assert rc == 0, out + err
+    rc, where, err = run([py, "-c", "import importlib.metadata as m; print(m.distribution('ringx').locate_file(''))"])
+    assert rc == 0 and os.path.samefile(where.strip(), site), (where, err)
     return py
 
 
 def test_forced_pair_pip_check_names_the_requirement(sides, forced):
-    py_b, _, have = sides["B"]
-    built_for = sides["A"][2].split("+")[0]
+    py_b, have = sides["B"][0], sides["B"][3]
+    built_for = sides["A"][3].split("+")[0]
     rc, out, err = run([py_b, "-m", "pip", "--python", forced, "check"])
     assert rc != 0
     assert re.search(rf"ringx \S+ has requirement torch=={re.escape(built_for)}, but you have torch {re.escape(have)}",

@@ -7,6 +7,7 @@ The mismatch between two real torch releases is tested by tests/compat (make tor
 here the extension's failure is simulated by a `libucx` that cannot load.
 """
 
+import functools
 import importlib.metadata
 import os
 import re
@@ -34,12 +35,13 @@ def python(*args, env=None, cwd=None):
     return p.returncode, p.stdout, p.stderr
 
 
+@functools.cache
 def info():
     """(ringx version, torch version ringx was built for, torch in use) from a fresh interpreter."""
     rc, out, err = python("-c", "import ringx, ringx._build_info as b, torch; "
                           "print(ringx.__version__); print(b.torch_version); print(torch.__version__)")
     assert rc == 0, err
-    return out.split()
+    return tuple(out.split())
 
 
 def test_version_comes_from_pyproject():

@@ -4,8 +4,9 @@ naming the setting, each value and the ranks, instead of a SIGBUS or a hang late
 
 One world of 2 processes runs every case in turn: each rank sets its own environment,
 calls init_process_group on a fresh prefix of one TCPStore, and reports what it raised;
-after the disagreements, a case where the ranks agree must build a group whose
-all_reduce (several shared-memory slots long) is right.
+an override that names no algorithm is a ValueError on every rank too; and a case where
+the ranks agree must build a group whose all_reduce (several shared-memory slots long)
+is right.
 """
 
 import json
@@ -29,6 +30,7 @@ CASES = [
     ("algo", {"RINGX_ALGO": ("ring", None)}),
     ("chunk", {"RINGX_CHUNK_BYTES": ("4096", "8192")}),
     ("shm", {"RINGX_SHM": ("0", None)}),
+    ("bad_algo", {"RINGX_ALGO": ("nope", "nope")}),
     ("agree", {"RINGX_SHM_BYTES": ("65536", "65536"), "RINGX_SHM": ("1", None)}),
 ]
 
@@ -105,6 +107,10 @@ def test_ranks_that_disagree_on_schedule_settings_fail_at_init_naming_them():
             kind, msg = results[rank][name]
             if name == "agree":
                 assert (kind, msg) == ("returned", "all_reduce correct"), (rank, kind, msg)
+                continue
+            if name == "bad_algo":  # agreed, but names nothing: the same error on every rank
+                assert kind == "ValueError", (rank, kind, msg)
+                assert "RINGX_ALGO entry 'nope' names no algorithm" in msg, msg
                 continue
             (var, values), = env.items()
             shown = [v if v is not None else ("1" if var == "RINGX_SHM" else "unset") for v in values]

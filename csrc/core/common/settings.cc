@@ -27,8 +27,8 @@ const std::vector<Setting> kSettings = {
     {"RINGX_ALGO", SettingType::Text,
      "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, ... or `all_reduce:ring,broadcast:binomial`", "",
      "unset (cost model)", nullptr, true,
-     "Force an algorithm (per collective, or any collective that has that name); unknown names raise a "
-     "`ValueError` listing the choices. See `docs/algorithms.md`."},
+     "Force an algorithm (per collective, or any collective that has that name); unknown names make "
+     "`init_process_group` raise a `ValueError` listing the choices. See `docs/algorithms.md`."},
     {"RINGX_CHUNK_BYTES", SettingType::PositiveInt, "bytes", "262144", "`262144`", nullptr, true,
      "Pipeline segment size of the ring and tree algorithms: messages are cut into segments of this size, "
      "several in flight."},
