@@ -16,10 +16,14 @@ namespace {
 
 const char* typeName(SettingType t) {
   switch (t) {
-    case SettingType::Text: return "text";
-    case SettingType::Choice: return "choice";
-    case SettingType::Flag: return "flag";
-    case SettingType::PositiveInt: return "positive integer";
+    case SettingType::Text:
+      return "text";
+    case SettingType::Choice:
+      return "choice";
+    case SettingType::Flag:
+      return "flag";
+    case SettingType::PositiveInt:
+      return "positive integer";
   }
   return "?";
 }
@@ -49,7 +53,8 @@ py::list settings() {
 }  // namespace
 
 void bindInfo(py::module_& m) {
-  m.def("_settings", &settings, "Every RINGX_* setting: its row of the table and its value in effect.");
+  m.def("_settings", &settings,
+        "Every RINGX_* setting: its row of the table and its value in effect.");
   m.def("_simd", [] {
     py::dict d;
     d["targets"] = cpuKernelTargets();

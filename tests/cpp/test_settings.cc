@@ -1,7 +1,6 @@
 // The RINGX_* settings table, its typed reads, and the check that the ranks
 // of a group agree on the settings that shape a schedule.
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -11,8 +10,8 @@
 #include "test_support.h"
 
 using namespace ringx;
-using ringx::test::MemoryStore;
 using ringx::test::assertionMutex;
+using ringx::test::MemoryStore;
 using ringx::test::onEachRank;
 
 namespace {
@@ -60,7 +59,8 @@ TEST_CASE("every setting has a RINGX_ name, help, and a default that parses") {
     ScopedEnv unset(s.name, nullptr);
     REQUIRE_NOTHROW(settingEffective(s.name));
   }
-  for (const char* mustAgree : {"RINGX_SHM_BYTES", "RINGX_ALGO", "RINGX_CHUNK_BYTES", "RINGX_SHM"}) {
+  for (const char* mustAgree :
+       {"RINGX_SHM_BYTES", "RINGX_ALGO", "RINGX_CHUNK_BYTES", "RINGX_SHM"}) {
     REQUIRE(settingSpec(mustAgree).ranksMustAgree);
   }
   REQUIRE_THROWS_AS(settingSpec("RINGX_NO_SUCH_THING"), std::logic_error);
@@ -79,8 +79,9 @@ TEST_CASE("typed reads take the environment's value, else the default, and name 
   }
   for (const char* bad : {"0", "-5", "12k", "x"}) {
     ScopedEnv v("RINGX_CHUNK_BYTES", bad);
-    REQUIRE_THROWS_WITH(settingPositive("RINGX_CHUNK_BYTES"),
-                        Catch::Contains(std::string("RINGX_CHUNK_BYTES='") + bad + "' is not a positive integer"));
+    REQUIRE_THROWS_WITH(
+        settingPositive("RINGX_CHUNK_BYTES"),
+        Catch::Contains(std::string("RINGX_CHUNK_BYTES='") + bad + "' is not a positive integer"));
   }
   {
     ScopedEnv v("RINGX_SHM", "0");
@@ -102,7 +103,9 @@ TEST_CASE("typed reads take the environment's value, else the default, and name 
   }
 }
 
-TEST_CASE("ranks that agree on the schedule settings pass, and a flag given as its default agrees with unset") {
+TEST_CASE(
+    "ranks that agree on the schedule settings pass, and a flag given as its default agrees with "
+    "unset") {
   std::string unset, explicitDefault;
   {
     ScopedEnv v("RINGX_SHM", nullptr);
@@ -113,13 +116,17 @@ TEST_CASE("ranks that agree on the schedule settings pass, and a flag given as i
     explicitDefault = agreementRecord();
   }
   MemoryStore store;
-  const auto errors = checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? explicitDefault : unset; });
+  const auto errors =
+      checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? explicitDefault : unset; });
   for (const auto& e : errors) REQUIRE(e == "");
 }
 
-TEST_CASE("ranks that disagree on a schedule setting all raise, naming it, each value and the ranks") {
+TEST_CASE(
+    "ranks that disagree on a schedule setting all raise, naming it, each value and the ranks") {
   for (const char* name : {"RINGX_SHM_BYTES", "RINGX_ALGO", "RINGX_CHUNK_BYTES", "RINGX_SHM"}) {
-    const std::string value = std::string(name) == "RINGX_ALGO" ? "ring" : std::string(name) == "RINGX_SHM" ? "0" : "65536";
+    const std::string value = std::string(name) == "RINGX_ALGO"  ? "ring"
+                              : std::string(name) == "RINGX_SHM" ? "0"
+                                                                 : "65536";
     std::string mine, other;
     {
       ScopedEnv v(name, nullptr);
@@ -130,11 +137,13 @@ TEST_CASE("ranks that disagree on a schedule setting all raise, naming it, each 
       other = agreementRecord();
     }
     MemoryStore store;
-    const auto errors = checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? other : mine; });
+    const auto errors =
+        checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? other : mine; });
     for (int rank = 0; rank < 3; ++rank) {
       INFO(name << " rank " << rank << ": " << errors[size_t(rank)]);
       const std::string& e = errors[size_t(rank)];
-      REQUIRE(e.rfind("ringx: creating the process group (rank " + std::to_string(rank) + "): ", 0) == 0);
+      REQUIRE(e.rfind("ringx: creating the process group (rank " + std::to_string(rank) + "): ",
+                      0) == 0);
       REQUIRE(e.find(std::string("the ranks disagree on ") + name + ":") != std::string::npos);
       REQUIRE(e.find("'" + value + "' on rank 1") != std::string::npos);
       REQUIRE(e.find("on ranks 0, 2") != std::string::npos);

@@ -35,9 +35,11 @@ bool probeShm(std::string& detail) {
   if (p != MAP_FAILED) ::munmap(p, bytes);
   ::close(fd);
   if (ok) {
-    struct statvfs fs {};
+    struct statvfs fs{};
     detail = ::statvfs("/dev/shm", &fs) == 0
-                 ? "/dev/shm, " + std::to_string((unsigned long long)fs.f_bavail * fs.f_frsize >> 20) + " MiB free"
+                 ? "/dev/shm, " +
+                       std::to_string((unsigned long long)fs.f_bavail * fs.f_frsize >> 20) +
+                       " MiB free"
                  : "/dev/shm";
   }
   return ok;
@@ -46,17 +48,20 @@ bool probeShm(std::string& detail) {
 bool probeCma(std::string& detail) {
   char src[64] = "ringx cma probe", dst[64] = {};
   iovec local{dst, sizeof(dst)}, remote{src, sizeof(src)};
-  const bool ok = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == ssize_t(sizeof(src)) &&
-                  std::memcmp(src, dst, sizeof(src)) == 0;
+  const bool ok =
+      ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) == ssize_t(sizeof(src)) &&
+      std::memcmp(src, dst, sizeof(src)) == 0;
   if (!ok) detail = errnoText("process_vm_readv");
   std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
   int level = -1;
   if (scope >> level) {
-    static const char* meaning[] = {"any process of the same user", "descendants only (or PR_SET_PTRACER)",
-                                    "CAP_SYS_PTRACE only", "no process"};
-    const std::string policy = "yama ptrace_scope " + std::to_string(level) +
-                               (level >= 0 && level <= 3 ? std::string(": ") + meaning[level] + " may read a peer"
-                                                         : std::string());
+    static const char* meaning[] = {"any process of the same user",
+                                    "descendants only (or PR_SET_PTRACER)", "CAP_SYS_PTRACE only",
+                                    "no process"};
+    const std::string policy =
+        "yama ptrace_scope " + std::to_string(level) +
+        (level >= 0 && level <= 3 ? std::string(": ") + meaning[level] + " may read a peer"
+                                  : std::string());
     detail = detail.empty() ? policy : detail + "; " + policy;
   } else if (ok) {
     detail = "no yama ptrace policy: processes of the same user may read each other";

@@ -15,44 +15,55 @@ namespace ringx {
 namespace {
 
 // A chunk that fits one core's L2 stays there from copy-in through the reduce
-// to copy-out (measurements in docs/benchmarks.md and the commit that chose it).
+// to copy-out: on the 2-core VM (512 KiB L2) 512 KiB slots gave 2x the busbw
+// of 4 MiB ones for 64 MiB all_reduces (benchmarks/collectives.py).
 size_t l2SlotBytes() {
   const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
   return l2 > 0 ? std::clamp<size_t>(size_t(l2), 64 << 10, 4 << 20) : 512 << 10;
 }
 
 const std::vector<Setting> kSettings = {
-    {"RINGX_DEBUG", SettingType::Choice, "`WARN`, `INFO`, `TRACE`", "WARN", "`WARN`", nullptr, false,
-     "How much ringx logs to stderr; `INFO` names the algorithm chosen for each call, `TRACE` every op's start."},
+    {"RINGX_DEBUG", SettingType::Choice, "`WARN`, `INFO`, `TRACE`", "WARN", "`WARN`", nullptr,
+     false,
+     "How much ringx logs to stderr; `INFO` names the algorithm chosen for each call, `TRACE` "
+     "every op's start."},
     {"RINGX_ALGO", SettingType::Text,
-     "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, ... or `all_reduce:ring,broadcast:binomial`", "",
-     "unset (cost model)", nullptr, true,
-     "Force an algorithm (per collective, or any collective that has that name); unknown names make "
+     "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, ... or "
+     "`all_reduce:ring,broadcast:binomial`",
+     "", "unset (cost model)", nullptr, true,
+     "Force an algorithm (per collective, or any collective that has that name); unknown names "
+     "make "
      "`init_process_group` raise a `ValueError` listing the choices. See `docs/algorithms.md`."},
     {"RINGX_CHUNK_BYTES", SettingType::PositiveInt, "bytes", "262144", "`262144`", nullptr, true,
-     "Pipeline segment size of the ring and tree algorithms: messages are cut into segments of this size, "
+     "Pipeline segment size of the ring and tree algorithms: messages are cut into segments of "
+     "this size, "
      "several in flight."},
     {"RINGX_SPIN_US", SettingType::PositiveInt, "microseconds", "50", "`50`", nullptr, false,
-     "How long the progress thread polls after its last piece of work before it sleeps on the UCX worker's "
+     "How long the progress thread polls after its last piece of work before it sleeps on the UCX "
+     "worker's "
      "event fd."},
     {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, false,
-     "When this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), pin rank r's "
-     "progress and completion threads to CPU r (mod the CPUs); `0` turns it off. With cores to spare, or a "
+     "When this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
+     "pin rank r's "
+     "progress and completion threads to CPU r (mod the CPUs); `0` turns it off. With cores to "
+     "spare, or a "
      "process already confined to one CPU, nothing is pinned."},
     {"RINGX_SHM", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, true,
-     "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends everything "
+     "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends "
+     "everything "
      "through UCX."},
     {"RINGX_SHM_BYTES", SettingType::PositiveInt, "bytes", "",
      "one core's L2 (`getconf LEVEL2_CACHE_SIZE`, clamped to 64 KiB-4 MiB)", &l2SlotBytes, true,
-     "Size of each of a rank's two shared-memory slots (the intra-host chunk), rounded down to 64 bytes, "
+     "Size of each of a rank's two shared-memory slots (the intra-host chunk), rounded down to 64 "
+     "bytes, "
      "at least 4096: a chunk that stays in L2 from copy-in to copy-out."},
-    {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr, false,
-     "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
+    {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr,
+     false, "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
 };
 
 [[noreturn]] void badValue(const Setting& s, const std::string& v, const char* want) {
-  throw Error(ErrorKind::InvalidArgument,
-              std::string("ringx: ") + s.name + "='" + v + "' is not " + want + " (" + s.values + ")");
+  throw Error(ErrorKind::InvalidArgument, std::string("ringx: ") + s.name + "='" + v + "' is not " +
+                                              want + " (" + s.values + ")");
 }
 
 size_t parsePositive(const Setting& s, const std::string& v) {
@@ -123,7 +134,8 @@ std::map<std::string, std::string> decode(const std::vector<uint8_t>& raw) {
 std::string rankList(const std::vector<int>& ranks) {
   constexpr size_t kShown = 8;
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size() && i < kShown; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size() && i < kShown; ++i)
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
   if (ranks.size() > kShown) out += " and " + std::to_string(ranks.size() - kShown) + " more";
   return out;
 }
@@ -136,7 +148,8 @@ std::string verdict(const std::vector<std::map<std::string, std::string>>& all) 
     for (int r = 0; r < int(all.size()); ++r) {
       const auto it = all[size_t(r)].find(s.name);
       const std::string v = it == all[size_t(r)].end() ? "(not known to this ringx)" : it->second;
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+      auto g =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
       if (g == groups.end()) {
         groups.push_back({v, {r}});
       } else {
@@ -153,7 +166,8 @@ std::string verdict(const std::vector<std::map<std::string, std::string>>& all) 
       if (t.ranksMustAgree) names += (names.empty() ? "" : ", ") + std::string(t.name);
     }
     return msg + ". Settings that shape a schedule (" + names +
-           ") must be the same on every rank of a group: set them alike on every rank, or unset them everywhere.";
+           ") must be the same on every rank of a group: set them alike on every rank, or unset "
+           "them everywhere.";
   }
   return "";
 }
@@ -194,21 +208,27 @@ bool settingFlag(std::string_view name) {
 std::string settingEffective(std::string_view name) {
   const Setting& s = settingSpec(name);
   switch (s.type) {
-    case SettingType::PositiveInt: return std::to_string(settingPositive(name));
-    case SettingType::Flag: return settingFlag(name) ? "1" : "0";
-    case SettingType::Choice: return upper(settingText(name));
-    case SettingType::Text: break;
+    case SettingType::PositiveInt:
+      return std::to_string(settingPositive(name));
+    case SettingType::Flag:
+      return settingFlag(name) ? "1" : "0";
+    case SettingType::Choice:
+      return upper(settingText(name));
+    case SettingType::Text:
+      break;
   }
   return settingText(name);
 }
 
-void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, int size, const std::string& record) {
+void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, int size,
+                        const std::string& record) {
   store.set(keyPrefix + "/" + std::to_string(rank), bytesOf(record));
   const std::string verdictKey = keyPrefix + "/verdict";
   std::string message;
   if (rank == 0) {
     std::vector<std::map<std::string, std::string>> all;
-    for (int r = 0; r < size; ++r) all.push_back(decode(store.get(keyPrefix + "/" + std::to_string(r))));
+    for (int r = 0; r < size; ++r)
+      all.push_back(decode(store.get(keyPrefix + "/" + std::to_string(r))));
     message = verdict(all);
     store.set(verdictKey, bytesOf(message));
   } else {
@@ -216,8 +236,8 @@ void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, in
     message.assign(raw.begin(), raw.end());
   }
   if (!message.empty()) {
-    throw Error(ErrorKind::InvalidArgument,
-                "ringx: creating the process group (rank " + std::to_string(rank) + "): " + message);
+    throw Error(ErrorKind::InvalidArgument, "ringx: creating the process group (rank " +
+                                                std::to_string(rank) + "): " + message);
   }
 }
 

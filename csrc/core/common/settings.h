@@ -32,10 +32,10 @@ enum class SettingType {
 struct Setting {
   const char* name;
   SettingType type;
-  const char* values;         // what may be given, for people (README, python -m ringx)
-  const char* defaultValue;   // the value when unset; "" when there is none or it is computed
-  const char* defaultText;    // the default, for people
-  size_t (*computeDefault)(); // a PositiveInt default that depends on the host, or nullptr
+  const char* values;          // what may be given, for people (README, python -m ringx)
+  const char* defaultValue;    // the value when unset; "" when there is none or it is computed
+  const char* defaultText;     // the default, for people
+  size_t (*computeDefault)();  // a PositiveInt default that depends on the host, or nullptr
   bool ranksMustAgree;
   const char* help;
 };

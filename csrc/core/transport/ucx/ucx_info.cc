@@ -9,7 +9,8 @@ namespace ringx {
 namespace {
 
 // The transports of one memory domain; "" or what failed.
-std::string listDomain(uct_component_h component, const char* mdName, std::vector<std::string>& out) {
+std::string listDomain(uct_component_h component, const char* mdName,
+                       std::vector<std::string>& out) {
   uct_md_config_t* config = nullptr;
   ucs_status_t st = uct_md_config_read(component, nullptr, nullptr, &config);
   if (st != UCS_OK) return std::string(mdName) + ": uct_md_config_read: " + ucs_status_string(st);
@@ -21,11 +22,14 @@ std::string listDomain(uct_component_h component, const char* mdName, std::vecto
   unsigned n = 0;
   st = uct_md_query_tl_resources(md, &res, &n);
   if (st == UCS_OK) {
-    for (unsigned i = 0; i < n; ++i) out.push_back(std::string(res[i].tl_name) + "/" + res[i].dev_name);
+    for (unsigned i = 0; i < n; ++i)
+      out.push_back(std::string(res[i].tl_name) + "/" + res[i].dev_name);
     uct_release_tl_resource_list(res);
   }
   uct_md_close(md);
-  return st == UCS_OK ? "" : std::string(mdName) + ": uct_md_query_tl_resources: " + ucs_status_string(st);
+  return st == UCS_OK
+             ? ""
+             : std::string(mdName) + ": uct_md_query_tl_resources: " + ucs_status_string(st);
 }
 
 }  // namespace
