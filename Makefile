@@ -25,25 +25,40 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 # torch is pinned to the CPU build that lies on this machine's disk: plain
 # `torch` or an open range would pull a multi-GB CUDA build.
-REQS := torch==2.13.0 libucx-cu13 scikit-build-core pybind11 ninja pytest numpy matplotlib
+TORCH1 := 2.13.0
+REQS := torch==$(TORCH1) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy matplotlib
 DEB_PKGS := catch2 iproute2
 CMAKE_MIN := 3.24
 JOBS := 2
 
 # The wheel test installs the built wheel into a clean venv holding only these.
 WHEEL_VENV := build/wheel-venv
-WHEEL_REQS := torch==2.13.0 libucx-cu13 numpy
+WHEEL_REQS := torch==$(TORCH1) libucx-cu13 numpy
+
+# The second torch release ringx is built and tested against (torch-compat): a
+# CUDA build on this machine's disk that runs here on the CPU. ringx gets its
+# own build folder for it, so the two builds never reconfigure each other.
+TORCH2 := 2.14.1
+TORCH2_VENV := build/venv-torch$(basename $(TORCH2))
+TORCH2_VPY := $(TORCH2_VENV)/bin/python
+TORCH2_REQS := torch==$(TORCH2) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy
+# Wheels built against each torch (a wheel requires exactly its torch).
+WHEEL1_DIR := build/wheels/torch$(TORCH1)
+WHEEL2_DIR := build/wheels/torch$(TORCH2)
 
 # Stamps are named after a hash of their requirement list, so editing the list
 # re-runs the install and nothing else does.
 hash = $(shell printf '%s' '$(1)' | sha1sum | cut -c1-12)
 VENV_STAMP := $(VENV)/.stamp-deps-$(call hash,$(REQS))
 WHEEL_VENV_STAMP := $(WHEEL_VENV)/.stamp-deps-$(call hash,$(WHEEL_REQS))
+TORCH2_VENV_STAMP := $(TORCH2_VENV)/.stamp-deps-$(call hash,$(TORCH2_REQS))
+WHEEL1_STAMP := $(WHEEL1_DIR)/.stamp
+WHEEL2_STAMP := $(WHEEL2_DIR)/.stamp
 BUILD_STAMP := build/.stamp-install
 
 # What the extension is built from. The list itself is kept in build/.srclist
 # and rewritten when it changes, so deleting or adding a file rebuilds too.
-SRC_FILES := $(sort $(shell find csrc python cmake -type f \
+SRC_FILES := $(sort $(shell find csrc python cmake tools -type f \
 	-not -path '*/__pycache__/*' -not -name '*.pyc' -not -name '*.so' 2>/dev/null) \
 	$(wildcard CMakeLists.txt) pyproject.toml)
 SRC_LIST := build/.srclist
@@ -55,7 +70,7 @@ endif
 PY_TEST_TIMEOUT := 1500
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps venv build cpp-test py-test wheel-test test demo bench bench-ddp clean distclean test-faults
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test demo bench bench-ddp clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -64,6 +79,7 @@ help:
 	@echo "make cpp-test    Catch2 tests of the torch-free core, through ctest"
 	@echo "make py-test     pytest tests/python"
 	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
+	@echo "make torch-compat  build and test against torch $(TORCH2) too; a wheel beside the other torch"
 	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
 
@@ -118,12 +134,17 @@ cpp-test: sysdeps venv
 py-test: sysdeps venv build
 	timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest tests/python -q
 
-# Build a wheel, install it into a clean venv and run a 2-rank smoke test there,
-# from outside the repo so that the installed package is what gets imported.
-wheel-test: sysdeps venv $(WHEEL_VENV_STAMP)
-	rm -f dist/ringx-*.whl
-	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps . -w dist/
-	$(WHEEL_VENV)/bin/python -m pip install -q --no-deps --force-reinstall dist/ringx-*.whl
+# A wheel built against .venv's torch. It shares make build's build folder,
+# so only what changed is compiled.
+$(WHEEL1_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
+	rm -rf $(@D) && mkdir -p $(@D)
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps . -w $(@D)
+	@touch $@
+
+# Install the wheel into a clean venv and run a 2-rank smoke test there, from
+# outside the repo so that the installed package is what gets imported.
+wheel-test: sysdeps venv $(WHEEL_VENV_STAMP) $(WHEEL1_STAMP)
+	$(WHEEL_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEEL1_DIR)/ringx-*.whl
 	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; cd "$$d"; \
 	timeout -k 10 300 "$(CURDIR)/$(WHEEL_VENV)/bin/python" "$(CURDIR)/tests/wheel_smoke.py" $(SMOKE_ARGS)
 
@@ -134,16 +155,54 @@ $(WHEEL_VENV_STAMP):
 	@rm -f $(WHEEL_VENV)/.stamp-deps-*
 	@touch $@
 
+# The second torch: its venv, a wheel built against it (installed there), a
+# representative subset of the Python tests on it, then tests/compat, which
+# puts each wheel beside the other torch.
+# The subset: every collective family on the c10d API that changes between
+# releases, futures, the entry point and the package's own checks. The DDP
+# hooks (4-rank training runs) are left to the default torch for CI time.
+TORCH2_TESTS := tests/python/test_allreduce.py tests/python/test_collectives_gather.py \
+	tests/python/test_collectives_reduce.py tests/python/test_collectives_alltoall.py \
+	tests/python/test_async.py tests/python/test_entry_point.py tests/python/test_packaging.py \
+	tests/python/test_settings_agree.py
+TORCH2_TIMEOUT := 900
+
+$(TORCH2_VENV_STAMP): | sysdeps
+	@test -x $(TORCH2_VPY) || { echo "torch-compat: creating $(TORCH2_VENV)"; "$(PYTHON)" -m venv $(TORCH2_VENV); }
+	@echo "torch-compat: installing $(TORCH2_REQS) into $(TORCH2_VENV)"
+	$(TORCH2_VPY) -m pip install -q $(TORCH2_REQS)
+	@rm -f $(TORCH2_VENV)/.stamp-deps-*
+	@touch $@
+
+$(WHEEL2_STAMP): $(TORCH2_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
+	rm -rf $(@D) && mkdir -p $(@D)
+	PATH="$(CURDIR)/$(TORCH2_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(TORCH2_VPY) -m pip wheel \
+	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} . -w $(@D)
+	$(TORCH2_VPY) -m pip install -q --no-deps --force-reinstall $(@D)/ringx-*.whl
+	@touch $@
+
+torch-compat: sysdeps venv $(WHEEL1_STAMP) $(WHEEL2_STAMP)
+	@start=$$(date +%s); rc=0; \
+	echo "======== torch-compat: tests on torch $(TORCH2) ========"; \
+	timeout -k 30 $(TORCH2_TIMEOUT) $(TORCH2_VPY) -m pytest $(TORCH2_TESTS) -q -p no:cacheprovider || rc=1; \
+	echo "======== torch-compat: each wheel beside the other torch ========"; \
+	RINGX_COMPAT_A_PYTHON=$(CURDIR)/$(VPY) RINGX_COMPAT_A_WHEEL=$$(ls $(CURDIR)/$(WHEEL1_DIR)/ringx-*.whl) \
+	RINGX_COMPAT_B_PYTHON=$(CURDIR)/$(TORCH2_VPY) RINGX_COMPAT_B_WHEEL=$$(ls $(CURDIR)/$(WHEEL2_DIR)/ringx-*.whl) \
+	timeout -k 30 600 $(VPY) -m pytest tests/compat -q -p no:cacheprovider || rc=1; \
+	echo "torch-compat: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s"; \
+	exit $$rc
+
 # Each suite's closing line, shown in the summary.
 SUMMARY_cpp-test := tests passed|tests failed|No tests were found
 SUMMARY_py-test := passed|failed|error|no tests ran
 SUMMARY_wheel-test := wheel smoke:
 SUMMARY_test-sanitize := test-sanitize:
+SUMMARY_torch-compat := torch-compat:
 
 # Runs every suite even when one fails, then says which passed; fails if any did.
 test: sysdeps venv build
 	@mkdir -p build/logs; rc=0; results=(); \
-	for t in cpp-test py-test wheel-test test-sanitize; do \
+	for t in cpp-test py-test wheel-test torch-compat test-sanitize; do \
 	  echo "======== $$t ========"; \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
 	  results+=("$$t|$$s"); \
@@ -153,10 +212,11 @@ test: sysdeps venv build
 	  t=$${r%%|*}; s=$${r##*|}; \
 	  case $$t in \
 	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
-	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; *) pat='$(SUMMARY_wheel-test)';; \
+	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; torch-compat) pat='$(SUMMARY_torch-compat)';; \
+	    *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \
 	  last=$$(grep -E "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
-	  printf '%-11s %-7s %s\n' "$$t" "$$s" "$$last"; \
+	  printf '%-13s %-7s %s\n' "$$t" "$$s" "$$last"; \
 	done; \
 	exit $$rc
 

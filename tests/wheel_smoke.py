@@ -6,7 +6,11 @@ not python/ringx. It starts a world of 2 processes twice:
 
 1. `import ringx`, then init_process_group("ringx"), all_reduce, check the sum;
 2. without importing ringx: the `torch.backends` entry point in the wheel's
-   metadata must register the backend when torch is imported.
+   metadata must register the backend when torch is imported;
+
+then runs `python -m ringx`, which must name the installed ringx, the torch it was
+built for (the torch in this venv, which the wheel's metadata must require exactly)
+and the UCX library it found.
 
 Prints "wheel smoke: ok" and exits 0, or says what failed and exits non-zero.
 A hung rank fails the test after --timeout seconds.
@@ -112,8 +116,31 @@ def main():
         if failed:
             print(f"wheel smoke: FAILED ({name}): ranks {failed} exited non-zero", flush=True)
             return 1
+    if args.backend == "ringx":
+        problem = check_report()
+        if problem:
+            print(f"wheel smoke: FAILED (python -m ringx): {problem}", flush=True)
+            return 1
     print("wheel smoke: ok", flush=True)
     return 0
+
+
+def check_report():
+    """What is wrong with `python -m ringx` and the wheel's torch pin, or ""."""
+    import importlib.metadata
+
+    torch_version = importlib.metadata.version("torch")
+    pins = [r for r in importlib.metadata.requires("ringx") if r.startswith("torch")]
+    if pins != [f"torch=={torch_version.split('+')[0]}"]:
+        return f"the wheel requires {pins}, not exactly this venv's torch {torch_version}"
+    p = subprocess.run([sys.executable, "-m", "ringx"], capture_output=True, text=True, timeout=120)
+    print(p.stdout.rstrip(), flush=True)
+    if p.returncode != 0:
+        return f"exit {p.returncode}: {p.stderr[-2000:]}"
+    want = [f"ringx {importlib.metadata.version('ringx')} (", f"built for torch {torch_version},",
+            f"torch {torch_version} (", "UCX "]
+    missing = [w for w in want if w not in p.stdout]
+    return f"its report lacks {missing}" if missing else ""
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/algorithms/registry.h"
+#include "torch/bindings_info.h"
 #include "torch/process_group_ringx.hpp"
 
 namespace py = pybind11;
@@ -32,4 +33,6 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+
+  ringx::bindInfo(m);
 }

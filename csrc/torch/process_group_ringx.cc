@@ -11,6 +11,7 @@
 
 #include "core/algorithms/identity.h"
 #include "core/common/log.h"
+#include "core/common/settings.h"
 #include "core/select/select.h"
 #include "core/transport/ucx/ucx_transport.h"
 #include "torch/staging.h"
@@ -20,28 +21,8 @@ namespace ringx {
 
 namespace {
 
-size_t envPositive(const char* name, size_t fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end || n == 0) {
-    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
-                          std::string("ringx: ") + name + "='" + v + "' is not a positive integer");
-  }
-  return size_t(n);
-}
-
 [[noreturn]] void throwBackendError(const std::string& what) {
   throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, what);
-}
-
-// A chunk that fits one core's L2 stays there from copy-in through the
-// reduce to copy-out: on the 2-core VM (512 KiB L2) 512 KiB slots gave 2x
-// the busbw of 4 MiB ones for 64 MiB all_reduces (benchmarks/collectives.py).
-size_t defaultShmSlotBytes() {
-  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return l2 > 0 ? std::clamp<size_t>(size_t(l2), 64 << 10, 4 << 20) : 512 << 10;
 }
 
 // When this host's ranks have no core to spare (LOCAL_WORLD_SIZE >= the CPUs
@@ -53,8 +34,7 @@ size_t defaultShmSlotBytes() {
 // that calls ringx, woken by them, tends to follow. RINGX_PIN_THREADS=0 turns
 // it off; a process already confined to one CPU is left as it is.
 int threadCpu() {
-  const char* pin = std::getenv("RINGX_PIN_THREADS");
-  if (pin && std::string(pin) == "0") return -1;
+  if (!settingFlag("RINGX_PIN_THREADS")) return -1;
   const char* localRank = std::getenv("LOCAL_RANK");
   const char* localSize = std::getenv("LOCAL_WORLD_SIZE");
   if (!localRank || !localSize) return -1;
@@ -72,11 +52,6 @@ int threadCpu() {
 
 }  // namespace
 
-size_t segmentBytesFromEnv() {
-  static const size_t bytes = envPositive("RINGX_CHUNK_BYTES", 256 * 1024);
-  return bytes;
-}
-
 ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                      std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), timeout_(timeout) {
@@ -85,20 +60,27 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   // Each rank counts the ringx groups it has built on this store; ranks build
   // them in the same order, so the counts agree and name fresh keys.
   int64_t generation = adapter.add("ringx/generation/" + std::to_string(rank), 1);
+  const std::string prefix = "ringx/" + std::to_string(generation);
+  reloadLogLevel();
   UcxOptions uopts;
-  const char* tls = std::getenv("RINGX_TLS");
-  uopts.tls = tls ? tls : "";
-  uopts.keyPrefix = "ringx/" + std::to_string(generation) + "/ucx";
+  uopts.keyPrefix = prefix + "/ucx";
   CommOptions copts;
   copts.timeout = timeout;
-  copts.spin = std::chrono::microseconds(envPositive("RINGX_SPIN_US", 50));
-  copts.cpu = threadCpu();
   try {
-    const char* useShm = std::getenv("RINGX_SHM");
-    if (!useShm || std::string(useShm) != "0") {
+    checkSettingsAgree(adapter, prefix + "/settings", rank, size);
+    segmentBytes_ = settingPositive("RINGX_CHUNK_BYTES");
+    algo_ = AlgoOverride(settingText("RINGX_ALGO"));
+    uopts.tls = settingText("RINGX_TLS");
+    copts.spin = std::chrono::microseconds(settingPositive("RINGX_SPIN_US"));
+    copts.cpu = threadCpu();
+  } catch (const Error& e) {
+    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+  }
+  try {
+    if (settingFlag("RINGX_SHM")) {
       // Slots hold whole elements of any dtype and start cache-line aligned.
-      const size_t slot = std::max<size_t>(4096, envPositive("RINGX_SHM_BYTES", defaultShmSlotBytes()) / 64 * 64);
-      shm_ = ShmArea::create(adapter, "ringx/" + std::to_string(generation), rank, size, slot);
+      const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);
+      shm_ = ShmArea::create(adapter, prefix, rank, size, slot);
     }
     comm_ = std::make_unique<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
   } catch (const Error& e) {
@@ -176,7 +158,7 @@ ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
   CollArgs a(coll, rank_, size_, call.ctx.seq);
-  a.segmentBytes = segmentBytesFromEnv();
+  a.segmentBytes = segmentBytes_;
   a.shm = shm_.get();
   return a;
 }
@@ -187,7 +169,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
                                                         std::function<void()> publish) {
   const Algorithm* alg = nullptr;
   try {
-    alg = &selectAlgorithm(args);
+    alg = &selectAlgorithm(args, algo_);
   } catch (const Error& e) {
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }

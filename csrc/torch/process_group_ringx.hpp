@@ -45,6 +45,7 @@
 
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
+#include "core/select/select.h"
 #include "core/transport/shm/shm_area.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
@@ -205,6 +206,9 @@ class ProcessGroupRingx : public c10d::Backend {
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex submitMu_;
+  // Settings read once, when the group is built (the ranks agreed on them).
+  size_t segmentBytes_ = 0;
+  AlgoOverride algo_{""};
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> p2pSeq_{0};
   // Set between startCoalescing and endCoalescing: the calls held back.

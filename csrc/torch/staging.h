@@ -50,7 +50,4 @@ inline void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
   }
 }
 
-// RINGX_CHUNK_BYTES: the pipelining segment size.
-size_t segmentBytesFromEnv();
-
 }  // namespace ringx

@@ -5,8 +5,23 @@ devices, so ``torch.distributed.init_process_group(backend="ringx")`` works.
 Installing the package also registers a ``torch.backends`` entry point, so
 the import happens by itself when torch loads (``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
 turns that off).
+
+A ringx built for another torch cannot load its extension. Imported by torch's
+autoload, it then warns once and lets ``import torch`` succeed; imported
+explicitly, it raises an ImportError that names both torch versions and the fix.
 """
 
+import sys as _sys
+import warnings as _warnings
+
+try:
+    from ._build_info import torch_version as _built_for_torch
+    from ._build_info import version as __version__
+except ImportError:  # an install without its build record: still never break torch
+    _built_for_torch = __version__ = "unknown"
+
+# Why the extension could not be loaded, when it could not.
+_load_error = None
 
 
 def _autoload():
@@ -14,23 +29,76 @@ def _autoload():
 
     Defined before anything imports torch: when a script imports ringx first,
     torch's import runs this entry point while ringx is still half-imported.
+    When the import failed under torch's autoload, the half-loaded package is
+    forgotten, so that a later explicit ``import ringx`` runs again and raises.
     """
+    if _load_error is not None:
+        for name in [n for n in _sys.modules if n == __name__ or n.startswith(__name__ + ".")]:
+            del _sys.modules[name]
 
 
-import libucx  # noqa: E402
+def _torch_in_use():
+    torch = _sys.modules.get("torch")
+    found = getattr(torch, "__version__", None)
+    if found:
+        return str(found)
+    try:
+        from importlib.metadata import version
 
-# UCX's libraries live in the libucx wheel; load them before our extension
-# resolves its symbols against them.
-libucx.load_library()
+        return version("torch")
+    except Exception:  # noqa: BLE001 - only for the message
+        return "unknown"
 
-import torch.distributed as dist  # noqa: E402
 
-from . import _C  # noqa: E402
+def _load_failure_message(err):
+    in_use = _torch_in_use()
+    if in_use.split("+")[0] == _built_for_torch.split("+")[0]:
+        which = f"it was built for torch {_built_for_torch}, and torch {in_use} is in use"
+    else:
+        which = f"it was built for torch {_built_for_torch}, but torch {in_use} is in use"
+    return (
+        f"ringx {__version__} could not load its extension: {which}. "
+        "Rebuild ringx against the torch in use: "
+        "pip install --no-build-isolation --force-reinstall ringx "
+        "(from a ringx checkout: pip install --no-build-isolation --force-reinstall .). "
+        f"The extension's error was: {type(err).__name__}: {err}"
+    )
+
+
+def _torch_autoload_depth():
+    """While torch's import loads the torch.backends entry points: how many frames
+    above the module's own frame torch's loader is (a warnings stacklevel); else None."""
+    frame, depth = _sys._getframe(2), 2
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_import_device_backends" and "torch" in code.co_filename:
+            return depth
+        # warnings counts no frames of the import machinery.
+        if not ("importlib" in code.co_filename and "_bootstrap" in code.co_filename):
+            depth += 1
+        frame = frame.f_back
+    return None
+
+
+try:
+    import libucx
+
+    # UCX's libraries live in the libucx wheel; load them before our extension
+    # resolves its symbols against them.
+    libucx.load_library()
+
+    import torch.distributed as dist
+
+    from . import _C
+except Exception as _err:  # noqa: BLE001 - every failure gets the same clear message
+    _depth = _torch_autoload_depth()
+    if _depth is None:
+        raise ImportError(_load_failure_message(_err)) from _err
+    _load_error = _load_failure_message(_err)
+    # Attributed to torch's loader, the line the user's `import torch` led to.
+    _warnings.warn(_load_error, RuntimeWarning, stacklevel=_depth)
 
 __all__ = ["algorithms", "monitored_barrier"]
-__version__ = "0.1.0"
-
-algorithms = _C.algorithms
 
 
 def _create_backend(dist_opts, backend_opts):
@@ -47,7 +115,9 @@ def _register():
     )
 
 
-_register()
+if _load_error is None:
+    algorithms = _C.algorithms
+    _register()
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

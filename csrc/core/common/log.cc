@@ -2,22 +2,38 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <strings.h>
+
+#include "core/common/settings.h"
 
 namespace ringx {
 
-LogLevel logLevel() {
-  static const LogLevel level = [] {
-    const char* v = std::getenv("RINGX_DEBUG");
-    if (!v) return LogLevel::Warn;
-    if (strcasecmp(v, "TRACE") == 0) return LogLevel::Trace;
-    if (strcasecmp(v, "INFO") == 0) return LogLevel::Info;
-    return LogLevel::Warn;
-  }();
-  return level;
+namespace {
+
+// -1 until first read. Kept here rather than read per line because RINGX_LOG
+// guards lines on every op's path; reloadLogLevel() re-reads it.
+std::atomic<int> gLevel{-1};
+
+int readLevel() {
+  const std::string v = settingEffective("RINGX_DEBUG");
+  if (v == "TRACE") return int(LogLevel::Trace);
+  if (v == "INFO") return int(LogLevel::Info);
+  return int(LogLevel::Warn);
 }
+
+}  // namespace
+
+LogLevel logLevel() {
+  int level = gLevel.load(std::memory_order_relaxed);
+  if (level < 0) {
+    level = readLevel();
+    gLevel.store(level, std::memory_order_relaxed);
+  }
+  return LogLevel(level);
+}
+
+void reloadLogLevel() { gLevel.store(readLevel(), std::memory_order_relaxed); }
 
 void logLine(LogLevel level, const std::string& line) {
   static const char* names[] = {"WARN", "INFO", "TRACE"};

@@ -8,7 +8,10 @@ namespace ringx {
 
 enum class LogLevel { Warn = 0, Info = 1, Trace = 2 };
 
+// RINGX_DEBUG as of the first log line or the last reloadLogLevel() (each
+// process group calls it when it is built).
 LogLevel logLevel();
+void reloadLogLevel();
 void logLine(LogLevel level, const std::string& line);
 
 }  // namespace ringx

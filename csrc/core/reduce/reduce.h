@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "core/common/types.h"
 
@@ -40,5 +42,10 @@ ReduceNFn reduceNFn(DType dtype, ReduceOp op);
 // buf[i] *= factor, computed in float32 for 16-bit types and in the type's own
 // precision otherwise. Floating dtypes only (throws Unsupported otherwise).
 void scale(void* buf, size_t count, DType dtype, double factor);
+
+// The instruction sets the CPU loops are compiled for (GCC target_clones
+// names), and the one this CPU runs.
+std::vector<std::string> cpuKernelTargets();
+std::string cpuKernelTargetInUse();
 
 }  // namespace ringx

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/reduce/reduce.h"
@@ -25,7 +26,8 @@
 // source, and GCC's runtime overlap check keeps equal pointers on the vector
 // path, while __restrict would make that case undefined.
 #if defined(RINGX_X86_MULTIVERSION)
-#define RINGX_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define RINGX_CPU_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
+#define RINGX_CPU_CLONES __attribute__((target_clones(RINGX_CPU_CLONE_TARGETS)))
 #else
 #define RINGX_CPU_CLONES
 #endif
@@ -283,5 +285,22 @@ Reduce2Fn reduce2Fn(DType dtype, ReduceOp op) { return reduce::lookup(kReduce2, 
 ReduceNFn reduceNFn(DType dtype, ReduceOp op) { return reduce::lookup(kReduceN, dtype, op); }
 
 void scale(void* buf, size_t count, DType dtype, double factor) { reduce::lookup(kScale, dtype)(buf, count, factor); }
+
+std::vector<std::string> cpuKernelTargets() {
+#if defined(RINGX_X86_MULTIVERSION)
+  return {RINGX_CPU_CLONE_TARGETS};
+#else
+  return {"default"};
+#endif
+}
+
+std::string cpuKernelTargetInUse() {
+#if defined(RINGX_X86_MULTIVERSION)
+  // The order the ifunc resolver prefers them in.
+  if (__builtin_cpu_supports("x86-64-v4")) return "arch=x86-64-v4";
+  if (__builtin_cpu_supports("x86-64-v3")) return "arch=x86-64-v3";
+#endif
+  return "default";
+}
 
 }  // namespace ringx

@@ -82,14 +82,6 @@ AlgoOverride::AlgoOverride(const std::string& spec) : spec_(spec) {
   }
 }
 
-const AlgoOverride& AlgoOverride::fromEnv() {
-  static const AlgoOverride o([] {
-    const char* v = std::getenv("RINGX_ALGO");
-    return std::string(v ? v : "");
-  }());
-  return o;
-}
-
 std::string_view AlgoOverride::forCollective(Collective coll) const { return perColl_[int(coll)]; }
 
 double estimateUs(const Algorithm& alg, const CollArgs& a) {

@@ -14,7 +14,6 @@ namespace ringx {
 class AlgoOverride {
  public:
   explicit AlgoOverride(const std::string& spec);
-  static const AlgoOverride& fromEnv();
   // Empty when the override says nothing for this collective.
   std::string_view forCollective(Collective coll) const;
 
@@ -26,6 +25,6 @@ class AlgoOverride {
 // Estimated microseconds for one algorithm on these arguments.
 double estimateUs(const Algorithm& alg, const CollArgs& args);
 
-const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override = AlgoOverride::fromEnv());
+const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override);
 
 }  // namespace ringx

@@ -1,0 +1,244 @@
+#include "core/common/settings.h"
+
+#include <strings.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+
+#include "core/common/error.h"
+
+namespace ringx {
+
+namespace {
+
+// A chunk that fits one core's L2 stays there from copy-in through the reduce
+// to copy-out: on the 2-core VM (512 KiB L2) 512 KiB slots gave 2x the busbw
+// of 4 MiB ones for 64 MiB all_reduces (benchmarks/collectives.py).
+size_t l2SlotBytes() {
+  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? std::clamp<size_t>(size_t(l2), 64 << 10, 4 << 20) : 512 << 10;
+}
+
+const std::vector<Setting> kSettings = {
+    {"RINGX_DEBUG", SettingType::Choice, "`WARN`, `INFO`, `TRACE`", "WARN", "`WARN`", nullptr,
+     false,
+     "How much ringx logs to stderr; `INFO` names the algorithm chosen for each call, `TRACE` "
+     "every op's start."},
+    {"RINGX_ALGO", SettingType::Text,
+     "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, ... or "
+     "`all_reduce:ring,broadcast:binomial`",
+     "", "unset (cost model)", nullptr, true,
+     "Force an algorithm (per collective, or any collective that has that name); unknown names "
+     "make "
+     "`init_process_group` raise a `ValueError` listing the choices. See `docs/algorithms.md`."},
+    {"RINGX_CHUNK_BYTES", SettingType::PositiveInt, "bytes", "262144", "`262144`", nullptr, true,
+     "Pipeline segment size of the ring and tree algorithms: messages are cut into segments of "
+     "this size, "
+     "several in flight."},
+    {"RINGX_SPIN_US", SettingType::PositiveInt, "microseconds", "50", "`50`", nullptr, false,
+     "How long the progress thread polls after its last piece of work before it sleeps on the UCX "
+     "worker's "
+     "event fd."},
+    {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, false,
+     "When this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
+     "pin rank r's "
+     "progress and completion threads to CPU r (mod the CPUs); `0` turns it off. With cores to "
+     "spare, or a "
+     "process already confined to one CPU, nothing is pinned."},
+    {"RINGX_SHM", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, true,
+     "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends "
+     "everything "
+     "through UCX."},
+    {"RINGX_SHM_BYTES", SettingType::PositiveInt, "bytes", "",
+     "one core's L2 (`getconf LEVEL2_CACHE_SIZE`, clamped to 64 KiB-4 MiB)", &l2SlotBytes, true,
+     "Size of each of a rank's two shared-memory slots (the intra-host chunk), rounded down to 64 "
+     "bytes, "
+     "at least 4096: a chunk that stays in L2 from copy-in to copy-out."},
+    {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr,
+     false, "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
+};
+
+[[noreturn]] void badValue(const Setting& s, const std::string& v, const char* want) {
+  throw Error(ErrorKind::InvalidArgument, std::string("ringx: ") + s.name + "='" + v + "' is not " +
+                                              want + " (" + s.values + ")");
+}
+
+size_t parsePositive(const Setting& s, const std::string& v) {
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.front() == '-' || end == v.c_str() || *end || n == 0) badValue(s, v, "a positive integer");
+  return size_t(n);
+}
+
+bool parseFlag(const Setting& s, const std::string& v) {
+  if (v == "0") return false;
+  if (v == "1") return true;
+  badValue(s, v, "0 or 1");
+}
+
+std::string upper(std::string v) {
+  for (char& c : v) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return v;
+}
+
+// How a rank's value is compared with the others': normalised when valid, so
+// "1" and unset agree on a flag whose default is 1; as given when not, so the
+// rank with the bad value still takes part and raises its own error after.
+std::string comparable(const Setting& s) {
+  const auto v = settingValue(s.name);
+  if (!v) return *s.defaultValue ? settingEffective(s.name) : "unset";
+  try {
+    return settingEffective(s.name);
+  } catch (const Error&) {
+    return *v;
+  }
+}
+
+std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+// name \0 value \0 ... for the ranksMustAgree settings, in table order.
+std::string agreementRecord() {
+  std::string out;
+  for (const auto& s : kSettings) {
+    if (!s.ranksMustAgree) continue;
+    out += s.name;
+    out += '\0';
+    out += comparable(s);
+    out += '\0';
+  }
+  return out;
+}
+
+namespace {
+
+std::map<std::string, std::string> decode(const std::vector<uint8_t>& raw) {
+  std::map<std::string, std::string> out;
+  std::string s(raw.begin(), raw.end());
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t a = s.find('\0', pos);
+    if (a == std::string::npos) break;
+    const size_t b = s.find('\0', a + 1);
+    if (b == std::string::npos) break;
+    out[s.substr(pos, a - pos)] = s.substr(a + 1, b - a - 1);
+    pos = b + 1;
+  }
+  return out;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 8;
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size() && i < kShown; ++i)
+    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > kShown) out += " and " + std::to_string(ranks.size() - kShown) + " more";
+  return out;
+}
+
+// Rank 0's verdict over every rank's encoded settings: "" when they agree.
+std::string verdict(const std::vector<std::map<std::string, std::string>>& all) {
+  for (const auto& s : kSettings) {
+    if (!s.ranksMustAgree) continue;
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (int r = 0; r < int(all.size()); ++r) {
+      const auto it = all[size_t(r)].find(s.name);
+      const std::string v = it == all[size_t(r)].end() ? "(not known to this ringx)" : it->second;
+      auto g =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+      if (g == groups.end()) {
+        groups.push_back({v, {r}});
+      } else {
+        g->second.push_back(r);
+      }
+    }
+    if (groups.size() < 2) continue;
+    std::string msg = std::string("the ranks disagree on ") + s.name + ": ";
+    for (size_t i = 0; i < groups.size(); ++i) {
+      msg += (i ? ", " : "") + ("'" + groups[i].first + "' on " + rankList(groups[i].second));
+    }
+    std::string names;
+    for (const auto& t : kSettings) {
+      if (t.ranksMustAgree) names += (names.empty() ? "" : ", ") + std::string(t.name);
+    }
+    return msg + ". Settings that shape a schedule (" + names +
+           ") must be the same on every rank of a group: set them alike on every rank, or unset "
+           "them everywhere.";
+  }
+  return "";
+}
+
+}  // namespace
+
+const std::vector<Setting>& settingsTable() { return kSettings; }
+
+const Setting& settingSpec(std::string_view name) {
+  for (const auto& s : kSettings) {
+    if (name == s.name) return s;
+  }
+  throw std::logic_error("ringx: no setting named " + std::string(name) + " in the settings table");
+}
+
+std::optional<std::string> settingValue(std::string_view name) {
+  const char* v = std::getenv(settingSpec(name).name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+std::string settingText(std::string_view name) {
+  const auto v = settingValue(name);
+  return v ? *v : settingSpec(name).defaultValue;
+}
+
+size_t settingPositive(std::string_view name) {
+  const Setting& s = settingSpec(name);
+  if (const auto v = settingValue(name)) return parsePositive(s, *v);
+  return s.computeDefault ? s.computeDefault() : parsePositive(s, s.defaultValue);
+}
+
+bool settingFlag(std::string_view name) {
+  const Setting& s = settingSpec(name);
+  return parseFlag(s, settingValue(name).value_or(s.defaultValue));
+}
+
+std::string settingEffective(std::string_view name) {
+  const Setting& s = settingSpec(name);
+  switch (s.type) {
+    case SettingType::PositiveInt:
+      return std::to_string(settingPositive(name));
+    case SettingType::Flag:
+      return settingFlag(name) ? "1" : "0";
+    case SettingType::Choice:
+      return upper(settingText(name));
+    case SettingType::Text:
+      break;
+  }
+  return settingText(name);
+}
+
+void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, int size,
+                        const std::string& record) {
+  store.set(keyPrefix + "/" + std::to_string(rank), bytesOf(record));
+  const std::string verdictKey = keyPrefix + "/verdict";
+  std::string message;
+  if (rank == 0) {
+    std::vector<std::map<std::string, std::string>> all;
+    for (int r = 0; r < size; ++r)
+      all.push_back(decode(store.get(keyPrefix + "/" + std::to_string(r))));
+    message = verdict(all);
+    store.set(verdictKey, bytesOf(message));
+  } else {
+    const auto raw = store.get(verdictKey);
+    message.assign(raw.begin(), raw.end());
+  }
+  if (!message.empty()) {
+    throw Error(ErrorKind::InvalidArgument, "ringx: creating the process group (rank " +
+                                                std::to_string(rank) + "): " + message);
+  }
+}
+
+}  // namespace ringx

@@ -1,0 +1,167 @@
+// The RINGX_* settings table, its typed reads, and the check that the ranks
+// of a group agree on the settings that shape a schedule.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "core/common/error.h"
+#include "core/common/settings.h"
+#include "test_support.h"
+
+using namespace ringx;
+using ringx::test::assertionMutex;
+using ringx::test::MemoryStore;
+using ringx::test::onEachRank;
+
+namespace {
+
+// Sets (or, with nullptr, unsets) one variable for the scope's lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Runs checkSettingsAgree on one thread per rank with record(rank); returns
+// each rank's error text ("" when it passed). Every error must be InvalidArgument.
+template <typename RecordFn>
+std::vector<std::string> checkOnEachRank(MemoryStore& store, int size, RecordFn record) {
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  onEachRank(size, [&](int rank) {
+    try {
+      checkSettingsAgree(store, "g/settings", rank, size, record(rank));
+    } catch (const Error& e) {
+      RANK_REQUIRE(e.kind() == ErrorKind::InvalidArgument);
+      errors[size_t(rank)] = e.what();
+    }
+  });
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("every setting has a RINGX_ name, help, and a default that parses") {
+  std::set<std::string> names;
+  for (const auto& s : settingsTable()) {
+    INFO(s.name);
+    REQUIRE(std::string(s.name).rfind("RINGX_", 0) == 0);
+    REQUIRE(names.insert(s.name).second);
+    REQUIRE(std::string(s.help).size() > 20);
+    REQUIRE(std::string(s.defaultText).size() > 0);
+    ScopedEnv unset(s.name, nullptr);
+    REQUIRE_NOTHROW(settingEffective(s.name));
+  }
+  for (const char* mustAgree :
+       {"RINGX_SHM_BYTES", "RINGX_ALGO", "RINGX_CHUNK_BYTES", "RINGX_SHM"}) {
+    REQUIRE(settingSpec(mustAgree).ranksMustAgree);
+  }
+  REQUIRE_THROWS_AS(settingSpec("RINGX_NO_SUCH_THING"), std::logic_error);
+}
+
+TEST_CASE("typed reads take the environment's value, else the default, and name bad values") {
+  {
+    ScopedEnv v("RINGX_CHUNK_BYTES", nullptr);
+    REQUIRE(settingPositive("RINGX_CHUNK_BYTES") == 262144);
+    REQUIRE_FALSE(settingValue("RINGX_CHUNK_BYTES").has_value());
+  }
+  {
+    ScopedEnv v("RINGX_CHUNK_BYTES", "4096");
+    REQUIRE(settingPositive("RINGX_CHUNK_BYTES") == 4096);
+    REQUIRE(settingEffective("RINGX_CHUNK_BYTES") == "4096");
+  }
+  for (const char* bad : {"0", "-5", "12k", "x"}) {
+    ScopedEnv v("RINGX_CHUNK_BYTES", bad);
+    REQUIRE_THROWS_WITH(
+        settingPositive("RINGX_CHUNK_BYTES"),
+        Catch::Contains(std::string("RINGX_CHUNK_BYTES='") + bad + "' is not a positive integer"));
+  }
+  {
+    ScopedEnv v("RINGX_SHM", "0");
+    REQUIRE_FALSE(settingFlag("RINGX_SHM"));
+  }
+  {
+    ScopedEnv v("RINGX_SHM", "yes");
+    REQUIRE_THROWS_WITH(settingFlag("RINGX_SHM"), Catch::Contains("RINGX_SHM='yes' is not 0 or 1"));
+  }
+  {
+    ScopedEnv v("RINGX_SHM_BYTES", nullptr);
+    const size_t l2 = settingPositive("RINGX_SHM_BYTES");
+    REQUIRE(l2 >= (64u << 10));
+    REQUIRE(l2 <= (4u << 20));
+  }
+  {
+    ScopedEnv v("RINGX_DEBUG", "info");
+    REQUIRE(settingEffective("RINGX_DEBUG") == "INFO");
+  }
+}
+
+TEST_CASE(
+    "ranks that agree on the schedule settings pass, and a flag given as its default agrees with "
+    "unset") {
+  std::string unset, explicitDefault;
+  {
+    ScopedEnv v("RINGX_SHM", nullptr);
+    unset = agreementRecord();
+  }
+  {
+    ScopedEnv v("RINGX_SHM", "1");
+    explicitDefault = agreementRecord();
+  }
+  MemoryStore store;
+  const auto errors =
+      checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? explicitDefault : unset; });
+  for (const auto& e : errors) REQUIRE(e == "");
+}
+
+TEST_CASE(
+    "ranks that disagree on a schedule setting all raise, naming it, each value and the ranks") {
+  for (const char* name : {"RINGX_SHM_BYTES", "RINGX_ALGO", "RINGX_CHUNK_BYTES", "RINGX_SHM"}) {
+    const std::string value = std::string(name) == "RINGX_ALGO"  ? "ring"
+                              : std::string(name) == "RINGX_SHM" ? "0"
+                                                                 : "65536";
+    std::string mine, other;
+    {
+      ScopedEnv v(name, nullptr);
+      mine = agreementRecord();
+    }
+    {
+      ScopedEnv v(name, value.c_str());
+      other = agreementRecord();
+    }
+    MemoryStore store;
+    const auto errors =
+        checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? other : mine; });
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO(name << " rank " << rank << ": " << errors[size_t(rank)]);
+      const std::string& e = errors[size_t(rank)];
+      REQUIRE(e.rfind("ringx: creating the process group (rank " + std::to_string(rank) + "): ",
+                      0) == 0);
+      REQUIRE(e.find(std::string("the ranks disagree on ") + name + ":") != std::string::npos);
+      REQUIRE(e.find("'" + value + "' on rank 1") != std::string::npos);
+      REQUIRE(e.find("on ranks 0, 2") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a rank with an unparsable value still takes part in the check") {
+  std::string good, bad;
+  {
+    ScopedEnv v("RINGX_CHUNK_BYTES", nullptr);
+    good = agreementRecord();
+  }
+  {
+    ScopedEnv v("RINGX_CHUNK_BYTES", "lots");
+    bad = agreementRecord();
+  }
+  MemoryStore store;
+  const auto errors = checkOnEachRank(store, 2, [&](int rank) { return rank == 0 ? bad : good; });
+  for (const auto& e : errors) REQUIRE_THAT(e, Catch::Contains("'lots' on rank 0"));
+}
