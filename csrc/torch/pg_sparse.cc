@@ -3,8 +3,6 @@
 // nonzero counts differ, so their sizes are gathered first; each gather runs
 // to completion on the calling thread, and the Work returned is already
 // complete.
-#include <ATen/SparseTensorImpl.h>
-
 #include <algorithm>
 
 #include "torch/process_group_ringx.hpp"
@@ -45,12 +43,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   std::vector<int64_t> meta{nnz, sparseDim, in.dense_dim()};
   for (int64_t s : in.sizes()) meta.push_back(s);
   at::Tensor metas = gatherAll("all_reduce", at::tensor(meta, at::kLong), opts.timeout).view({size_, -1});
+  auto shapeOf = [&](int r) {
+    std::string dims;
+    for (int64_t d = 3; d < metas.size(1); ++d) dims += (d > 3 ? ", " : "") + std::to_string(metas[r][d].item<int64_t>());
+    return "[" + dims + "] with " + std::to_string(metas[r][1].item<int64_t>()) + " sparse dims";
+  };
   std::vector<int64_t> counts(size_);
   for (int r = 0; r < size_; ++r) {
     if (!metas[r].slice(0, 1).equal(metas[rank_].slice(0, 1))) {
-      throwValueError(call.ctx, "rank " + std::to_string(r) + " passed a sparse tensor of another shape or layout (" +
-                                    c10::str(metas[r].slice(0, 1)) + " vs this rank's " +
-                                    c10::str(metas[rank_].slice(0, 1)) + "); all ranks must pass one shape");
+      throwValueError(call.ctx, "rank " + std::to_string(r) + " passed a sparse tensor of shape " + shapeOf(r) +
+                                    ", this rank one of shape " + shapeOf(rank_) + "; all ranks must pass one shape");
     }
     counts[size_t(r)] = metas[r][0].item<int64_t>();
   }

@@ -25,7 +25,7 @@
 //
 // Profiling: each call's Work opens a torch profiler record named
 // "ringx:<name>" whose inputs are the tensors the user passed in, with the
-// names and inputs ProcessGroupGloo records for the same call (CallRecord).
+// names and inputs ProcessGroupGloo records for the same call.
 //
 // The methods are spread over files by kind: reductions
 // (pg_reductions.cc), sparse all_reduce (pg_sparse.cc), data movement
@@ -133,6 +133,9 @@ class ProcessGroupRingx : public c10d::Backend {
   c10d::ErrorType getError() override;
 
  private:
+  // What a reducing collective reduces: dtype, op and PREMUL_SUM factor.
+  using Reduction = std::tuple<DType, ReduceOp, double>;
+
   struct Call {
     CallContext ctx;
     c10d::OpType type;
@@ -146,14 +149,14 @@ class ProcessGroupRingx : public c10d::Backend {
     // coalesced reductions must agree on it. Set from the call's arguments,
     // not its schedule, so that every rank decides alike (a tree's leaves
     // never reduce).
-    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
+    std::optional<Reduction> reduction;
   };
 
   // A call's schedule held back between startCoalescing and endCoalescing.
   struct Held {
     c10::intrusive_ptr<WorkRingx> work;
     std::unique_ptr<Op> op;
-    std::optional<std::tuple<DType, ReduceOp, double>> reduction;
+    std::optional<Reduction> reduction;
   };
 
   // A collective call. Its sequence number is taken only when it is

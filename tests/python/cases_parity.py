@@ -85,9 +85,9 @@ def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, la
     return out
 
 
-def monitored_barrier_backend_zero_timeout():
+def monitored_barrier_backend_all_arrive():
     """The backend's monitoredBarrier itself (ProcessGroup.monitored_barrier), every rank
-    present, with a timeout of 10 s: it must pass.  Returns seconds."""
+    present, wait_all_ranks, a timeout of 10 s: it must pass.  Returns seconds."""
     group = dist.new_group(list(range(dist.get_world_size())))
     t0 = time.monotonic()
     group.monitored_barrier(datetime.timedelta(seconds=10), wait_all_ranks=True)
@@ -110,8 +110,9 @@ def _sparse_input(seed, rank, shape, sparse_dim, dtype):
 
 def sparse_all_reduce(seed, cases):
     """all_reduce(SUM) of sparse tensors; `cases` = [(shape, sparse_dim, dtype name)].
-    Returns {"results": [(is_sparse, dense result)], "max": error of a MAX, "bcast": error of
-    a broadcast of a sparse tensor}."""
+    Returns {"sparse_all_reduce": [(is_sparse, dense result)], "max": error of a MAX,
+    "bcast": error of a broadcast of a sparse tensor, "shapes": error of ranks passing
+    different shapes, "sanity": an all_reduce afterwards}."""
     rank = dist.get_rank()
 
     def run(_):
@@ -124,10 +125,11 @@ def sparse_all_reduce(seed, cases):
         return got
 
     out = refs.run_until_error(["sparse_all_reduce"], run)
-    for key, fn in (("max", lambda x: dist.all_reduce(x, op=dist.ReduceOp.MAX)),
-                    ("bcast", lambda x: dist.broadcast(x, 0))):
+    for key, fn in (("max", lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX)),
+                    ("bcast", lambda: dist.broadcast(torch.ones(4).to_sparse(), 0)),
+                    ("shapes", lambda: dist.all_reduce(torch.ones(4 + rank).to_sparse()))):
         try:
-            fn(torch.ones(4).to_sparse())
+            fn()
             out[key] = "returned"
         except Exception as e:  # noqa: BLE001 - inspected by the parent
             out[key] = (type(e).__name__, str(e))

@@ -111,7 +111,7 @@ def test_monitored_barrier_short_timeout_fails_at_once(worlds, ws, busy, timeout
 
 @pytest.mark.parametrize("ws", (2, 3), ids=_ids)
 def test_monitored_barrier_backend_passes_when_all_arrive(worlds, ws):
-    results = worlds.run(ws, cases.monitored_barrier_backend_zero_timeout)
+    results = worlds.run(ws, cases.monitored_barrier_backend_all_arrive)
     assert all(isinstance(t, float) and t < 10 for t in results), results
 
 
@@ -141,6 +141,11 @@ def test_sparse_all_reduce_sum_matches_dense_reference(worlds, ws):
         # torch's dispatcher refuses a sparse broadcast before any backend sees it
         if res["bcast"] == "returned":
             failures.append(f"rank {r}: broadcast of a sparse tensor returned")
+        # gloo says "Sparse dimensions do not match"
+        if ws > 1 and (res["shapes"] == "returned"
+                       or not re.search(r"shape|dimensions", res["shapes"][1])):
+            failures.append(f"rank {r}: ranks passing sparse tensors of different shapes should "
+                            f"get an error that says so; got {res['shapes']!r}")
         if res["sanity"] != float(ws):
             failures.append(f"rank {r}: all_reduce afterwards gave {res['sanity']}")
     assert not failures, refs.report(failures)
