@@ -149,6 +149,11 @@ void stopState(const std::shared_ptr<CallbackPool::State>& s) {
 CallbackPool::CallbackPool(int maxThreads, int cpu) : state_(std::make_shared<State>()) {
   state_->maxThreads = std::max(1, maxThreads);
   state_->cpu = cpu;
+  {
+    // One thread from the start, pinned before the first completion needs it.
+    std::lock_guard<std::mutex> lock(state_->mu);
+    addThreadIfAllowed(state_);
+  }
   std::lock_guard<std::mutex> lock(registryMutex());
   auto& pools = registry();
   std::erase_if(pools, [](const auto& w) { return w.expired(); });
