@@ -3,6 +3,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "core/algorithms/registry.h"
+#include "core/engine/callback_pool.h"
 #include "torch/bindings_info.h"
 #include "torch/process_group_ringx.hpp"
 
@@ -20,6 +21,12 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>());
+
+  // Completion callbacks run Python (future continuations): none may start
+  // once the interpreter is being torn down. Queued ones run here, while
+  // Python still works, with the GIL released so their threads can take it.
+  py::module_::import("atexit").attr("register")(py::cpp_function(
+      [] { ringx::CallbackPool::stopAll(); }, py::call_guard<py::gil_scoped_release>()));
 
   m.def("algorithms", [] {
     py::list out;

@@ -1,6 +1,7 @@
 #include "torch/process_group_ringx.hpp"
 
 #include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,6 +21,20 @@
 namespace ringx {
 
 namespace {
+
+// Stopping a group joins its threads, and a completion callback on one of
+// them may be waiting for the GIL (a Python continuation): never hold it
+// across the join. Python may call in holding it (destroy_process_group, the
+// last reference dropped, from any thread).
+template <typename Fn>
+void withoutGil(Fn fn) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release nogil;
+    fn();
+  } else {
+    fn();
+  }
+}
 
 [[noreturn]] void throwBackendError(const std::string& what) {
   throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, what);
@@ -89,7 +104,9 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up, timeout " << timeout.count() << " ms");
 }
 
-ProcessGroupRingx::~ProcessGroupRingx() = default;
+ProcessGroupRingx::~ProcessGroupRingx() {
+  withoutGil([this] { comm_.reset(); });
+}
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingx::getBackendOptions() {
   return c10::make_intrusive<Options>("ringx", timeout_);
@@ -125,9 +142,13 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::split(const c10::intrusive_
   return group;
 }
 
-void ProcessGroupRingx::abort() { comm_->abort("aborted"); }
+void ProcessGroupRingx::abort() {
+  withoutGil([this] { comm_->abort("aborted"); });
+}
 
-void ProcessGroupRingx::shutdown() { comm_->shutdown(); }
+void ProcessGroupRingx::shutdown() {
+  withoutGil([this] { comm_->shutdown(); });
+}
 
 c10d::ErrorType ProcessGroupRingx::getError() {
   auto err = comm_->error();

@@ -1,6 +1,9 @@
 #include "torch/work.hpp"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
+
+#include <unistd.h>
 
 namespace ringx {
 
@@ -23,7 +26,8 @@ WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, st
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
       outputs_(std::move(outputs)),
       seq_(seq),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      creatorPid_(int(::getpid())) {}
 
 bool WorkRingx::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -41,6 +45,14 @@ std::exception_ptr WorkRingx::exception() const {
 }
 
 bool WorkRingx::wait(std::chrono::milliseconds timeout) {
+  if (int(::getpid()) != creatorPid_) {
+    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
+                                    std::to_string(seq_) + "): this Work belongs to process " +
+                                    std::to_string(creatorPid_) +
+                                    ", whose engine threads a forked child does not have; wait on it in "
+                                    "the parent, or create a new process group in the child");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [this] { return completed_; });
@@ -74,6 +86,11 @@ void WorkRingx::markDone(const Error* error) {
     ex = toTorchException(*error);
   } else if (publish) {
     try {
+      // The copy into the user's tensor runs on the progress thread, whose
+      // autograd state is not the caller's: an inference tensor, or a leaf
+      // that requires grad, must not make it fail. The tensor was handed to a
+      // collective to be overwritten, as gloo's and NCCL's copies do.
+      c10::InferenceMode guard;
       publish();
     } catch (const std::exception& e) {
       ex = toTorchException(Error(ErrorKind::Internal, std::string("ringx: ") + opName + ": " + e.what()));

@@ -2,9 +2,13 @@
 //   1. on the communicator's progress thread, as soon as the data is in
 //      place: outputs are published (copied back into non-contiguous user
 //      tensors), the error is recorded, and wait() returns;
-//   2. on the communicator's completion thread: the Future is completed, so
-//      its callbacks (DDP comm hooks, .then chains that issue collectives and
-//      wait on them) never run on, or block, the progress thread.
+//   2. on the communicator's callback pool: the Future is completed, so its
+//      callbacks (DDP comm hooks, .then chains that issue collectives and
+//      wait on them) never run on, or block, the progress thread. None runs
+//      after the group's shutdown returns (destroy_process_group) or once the
+//      interpreter exits (an atexit hook stops every pool).
+// A Work, like its group, belongs to the process that created it: wait() in
+// a forked child raises instead of hanging.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -33,7 +37,7 @@ class WorkRingx : public c10d::Work {
 
   // Phase 1 (progress thread). `publish` runs first when the op succeeded.
   void markDone(const Error* error);
-  // Phase 2 (completion thread).
+  // Phase 2 (callback pool).
   void completeFuture(const Error* error);
 
   std::function<void()> publish;
@@ -44,6 +48,7 @@ class WorkRingx : public c10d::Work {
   uint64_t seq_;
   std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const int creatorPid_;
 };
 
 // The exception a core error becomes when it reaches Python.

@@ -585,3 +585,40 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
     # to rank 1 closed" (which the dead-peer tests check) reaches it.
     assert last_before is not None and last_before - killed_at <= 2 * FAULT_TIMEOUT, text[-4000:]
     assert first_restarted is not None, text[-4000:]
+
+
+# ------------------------------------------------------------------- completion callbacks
+
+def test_completion_callbacks_bounded_ordered_never_after_destroy_and_fork_safe():
+    """Issue 10, item 8, in one launch (fault_scripts/callbacks.py): callbacks that block
+    use a bounded number of threads and start in completion order; none runs after
+    destroy_process_group returns; dropping a group's last reference inside its own
+    callback is safe; a forked child touching the parent's group gets an error, not a
+    hang; a callback pending at interpreter exit runs before teardown, and the rank exits 0."""
+    out = launch("callbacks.py", 2, FAULT_TIMEOUT)
+    rep = out.report()
+    for res in out:
+        assert res.returncode == 0, f"rank {res.rank} exited with {res.returncode}\n{rep}"
+        assert res.event("done"), rep
+        d = res.event("destroy")
+        assert d and all(t <= d["returned"] for t in d["ran"]), (
+            f"rank {res.rank}: a callback ran after destroy_process_group returned: {d}\n{rep}")
+        f = res.event("fork")
+        assert f and not f["hung"], f"rank {res.rank}: the forked child hung\n{rep}"
+        assert len(f["child"].splitlines()) == 2, rep
+        for line in f["child"].splitlines():
+            assert "DistBackendError" in line and "forked child" in line, f"rank {res.rank}: child: {line}\n{rep}"
+        assert res.event("after_fork")["value"] == [2.0, 2.0], rep
+    r0 = out[0]
+    b = r0.event("blocking")
+    assert b and b["correct"] and b["last_ran"], rep
+    assert b["order"] == list(range(16)), f"callbacks ran in order {b['order']}\n{rep}"
+    assert 2 <= b["threads"] <= 4, f"callbacks used {b['threads']} threads\n{rep}"
+    assert b["peak"] - b["baseline"] <= 4, f"threads grew {b['baseline']} -> {b['peak']}\n{rep}"
+    drop = r0.event("drop_in_callback")
+    assert drop and drop["finished"] and drop["value"] == [2.0] * 4, rep
+    late = r0.event("teardown_callback")
+    assert late is None or late["value"] == [2.0, 2.0], rep
+    log(f"callbacks: blocking used {b['threads']} callback threads (threads {b['baseline']} -> {b['peak']}); "
+        f"destroy ran {len(d['ran'])} callbacks before returning; teardown callback "
+        f"{'ran' if late else 'was dropped'}")

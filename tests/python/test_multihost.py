@@ -6,6 +6,9 @@ peer failure detected by UCX rather than by watching pids.
 World 4: ranks 0 and 1 on host A (10.77.x.1), ranks 2 and 3 on host B, so every
 collective mixes intra-host (shared memory) and inter-host (TCP) pairs.
 
+The fault matrix at the end kills a peer before or during every collective kind in
+three layouts (see multihost_fault_matrix.py and docs/failure-semantics.md).
+
 Needs root (namespaces) and iproute2, which `make test` installs.
 """
 
@@ -124,3 +127,131 @@ def test_dead_rank_on_the_other_host_fails_every_survivor_fast(hosts):
         assert f"connection to rank {victim} closed" in pending["msg"], f"rank {r}: {pending['msg']}\n{logs}"
         print(f"[multihost] rank {r} (host{r // RANKS_PER_HOST}): closed after {pending['seconds']:.2f} s")
         assert pending["seconds"] <= 2 * TIMEOUT_S, f"rank {r}: {pending}\n{logs}"
+
+
+# --- Fault matrix (issue 10): a peer on another host, or on this one, is SIGKILLed before
+# or during every kind of collective, at 8 B and at 4 MiB (many receives in flight per
+# peer); no survivor may crash, and each must raise DistBackendError naming the dead rank
+# within 2x the timeout. See multihost_fault_matrix.py for how one launch runs hundreds
+# of trials.
+
+MATRIX_SCRIPT = os.path.join(HERE, "multihost_fault_matrix.py")
+MATRIX_TIMEOUT_S = 2.0
+SURVIVORS = {"s0": 0, "s1": 0, "s2": 1}  # role: host
+
+
+def launch_matrix(hosts, env, limit):
+    """Runs the fault matrix once; returns ({role: [trial records]}, logs, {role: exit code})."""
+    out = tempfile.mkdtemp(prefix="ringx-faultmatrix-")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    roles = {0: ["s0", "s1"], 1: ["s2", "factory"]}
+    procs = []
+    try:
+        for h, (ns, _addr) in enumerate(hosts):
+            starts = " & ".join(
+                f"( {sys.executable} {MATRIX_SCRIPT} {out} {role} {MATRIX_TIMEOUT_S} > {out}/{role}.log 2>&1; "
+                f"echo $? > {out}/{role}.rc )" for role in roles[h])
+            penv = dict(os.environ, MASTER_ADDR=hosts[0][1], MASTER_PORT=str(port), TORCH_CPP_LOG_LEVEL="ERROR",
+                        LOCAL_WORLD_SIZE="2", **env)
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "--pid", "--uts", "--mount-proc", "--fork", "sh", "-c",
+                 f"hostname host{h}; {starts} & wait"], env=penv, start_new_session=True))
+        deadline = time.time() + limit
+        while time.time() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        hung = [p for p in procs if p.poll() is None]
+        for p in hung:
+            os.killpg(p.pid, 9)
+        reports, logs, codes = {}, "", {}
+        for role in ["s0", "s1", "s2", "factory"]:
+            path = os.path.join(out, f"{role}.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    reports[role] = json.load(f)
+            rc = os.path.join(out, f"{role}.rc")
+            codes[role] = int(open(rc).read()) if os.path.exists(rc) else None
+            with open(os.path.join(out, f"{role}.log"), errors="replace") as f:
+                logs += f"--- {role} (exit {codes[role]})\n{f.read()[-3000:]}\n"
+        return reports, logs, codes, bool(hung)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def check_matrix(reports, logs, codes, hung, expected_trials):
+    """Every survivor exited cleanly after every trial; in each trial it raised DistBackendError
+    naming the dead rank (in the collective, or, where its part only sends and the send
+    completed, in the barrier after it) within 2x the timeout. Returns a summary per case."""
+    crashed = {r: c for r, c in codes.items() if c != 0}
+    assert not crashed and not hung, f"processes crashed or hung: {crashed} hung={hung}\n{logs}"
+    summary = {}
+    for role, records in reports.items():
+        assert len(records) == expected_trials[role], f"{role}: {len(records)} trials recorded\n{logs}"
+        for rec in records:
+            victim, call, bar = rec["victim"], rec["call"], rec["barrier"]
+            where = (f"{role} (rank {rec['rank']}) {rec['config']} {rec['op']} {rec['bytes']} B {rec['when']} "
+                     f"rep {rec['rep']}")
+            remote = SURVIVORS[role] == 0
+            key = (rec["config"], "remote" if remote else "local", rec["op"], rec["bytes"], rec["when"])
+            s = summary.setdefault(key, {"runs": 0, "raised": 0, "completed_then_barrier_raised": 0, "max_s": 0.0})
+            s["runs"] += 1
+            if call["ok"]:
+                # A call may complete where this rank's part did not need the victim (it
+                # only sends, or its data came from survivors: a broadcast subtree), or,
+                # during, where the victim's part had arrived before it died; its result
+                # must then be right. A barrier cannot pass without the victim.
+                assert call["correct"], f"{where}: returned a wrong result\n{logs}"
+                assert rec["when"] == "during" or rec["op"] != "barrier", \
+                    f"{where}: a barrier passed although the victim died before it\n{logs}"
+                failure = bar
+                s["completed_then_barrier_raised"] += 1
+            else:
+                failure = call
+                s["raised"] += 1
+            assert not failure["ok"], f"{where}: the barrier after the victim's death returned\n{logs}"
+            assert failure["type"] == "DistBackendError", f"{where}: {failure}\n{logs}"
+            assert "closed" in failure["msg"] and f"rank {victim}" in failure["msg"], f"{where}: {failure}\n{logs}"
+            assert failure["seconds"] <= 2 * MATRIX_TIMEOUT_S, f"{where}: {failure}\n{logs}"
+            s["max_s"] = max(s["max_s"], failure["seconds"])
+    return summary
+
+
+def print_summary(title, summary):
+    print(f"[multihost matrix] {title}")
+    for key, s in sorted(summary.items()):
+        print(f"  {' '.join(map(str, key))}: {s['runs']} runs, {s['raised']} raised in the call, "
+              f"{s['completed_then_barrier_raised']} completed correctly (without needing the victim, or "
+              f"with its part delivered) then raised in the barrier, max {s['max_s']:.2f} s, 0 crashes")
+
+
+def expected_trials(env):
+    configs = env.get("RINGX_FM_CONFIGS", "remote2,mixed4,mixed4-noshm").split(",")
+    per_config = (len(env.get("RINGX_FM_OPS", "x," * 9 + "x").split(",")) *
+                  len(env.get("RINGX_FM_SIZES", "8,4194304").split(",")) *
+                  len(env.get("RINGX_FM_WHEN", "before,during").split(",")) * int(env.get("RINGX_FM_REPS", "5")))
+    mixed = sum(c.startswith("mixed4") for c in configs)
+    return {"s0": per_config * len(configs), "s1": per_config * mixed, "s2": per_config * mixed}
+
+
+@pytest.mark.parametrize("algo", ["", "all_reduce:ring"], ids=["default", "ring"])
+def test_survivor_does_not_crash_when_remote_peer_dies_during_4mib_all_reduce(hosts, algo):
+    """The reproduction of issue 10: world 2 across hosts, a 4 MiB all_reduce pending on
+    rank 0 (many receives from rank 1 in flight) while rank 1 is killed. It crashed rank 0
+    with SIGSEGV in most runs (peer failure handling re-entered itself)."""
+    env = {"RINGX_FM_CONFIGS": "remote2", "RINGX_FM_OPS": "all_reduce", "RINGX_FM_SIZES": "4194304",
+           "RINGX_FM_WHEN": "during", "RINGX_FM_REPS": "10", "RINGX_ALGO": algo}
+    reports, logs, codes, hung = launch_matrix(hosts, env, limit=180)
+    print_summary(f"RINGX_ALGO={algo!r}", check_matrix(reports, logs, codes, hung, expected_trials(env)))
+
+
+def test_fault_matrix_every_collective_remote_and_local_victims(hosts):
+    """Every collective kind x {8 B, 4 MiB} x {killed before, during the call} x {world 2
+    across hosts, world 4 with remote and local survivors over shared memory, the same
+    with RINGX_SHM=0}, 5 runs each, in one launch."""
+    env = {}
+    reports, logs, codes, hung = launch_matrix(hosts, env, limit=900)
+    print_summary("all collectives", check_matrix(reports, logs, codes, hung, expected_trials(env)))

@@ -10,12 +10,33 @@
 #include <cstring>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "core/common/log.h"
 
 namespace ringx {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Enough for callbacks that block on a few later futures each (PowerSGD's
+// hooks wait on one); beyond it callbacks queue instead of taking threads.
+constexpr int kMaxCallbackThreads = 4;
+
+const char* stepKindName(StepKind k) {
+  switch (k) {
+    case StepKind::Send: return "send";
+    case StepKind::Recv: return "recv";
+    case StepKind::Reduce: return "reduce";
+    case StepKind::Copy: return "copy";
+    case StepKind::Scale: return "scale";
+    case StepKind::Poll: return "poll";
+  }
+  return "step";
+}
+
+}  // namespace
 
 struct Communicator::Active {
   std::unique_ptr<Op> op;
@@ -27,13 +48,16 @@ struct Communicator::Active {
   Clock::time_point deadline;
   ReduceFn reduce = nullptr;
   bool ended = false;
+  bool cancelTransfers = false;  // failed with transfers in flight; settle() cancels them
 };
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
     : transport_(std::move(transport)),
       options_(options),
       rank_(transport_->rank()),
-      size_(transport_->size()) {
+      size_(transport_->size()),
+      creatorPid_(int(::getpid())),
+      callbacks_(kMaxCallbackThreads, options.cpu) {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (wakeFd_ < 0 || epollFd_ < 0) throw Error(ErrorKind::Internal, "ringx: eventfd/epoll creation failed");
@@ -46,16 +70,31 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
     }
   }
   progressThread_ = std::thread([this] { progressLoop(); });
-  completionThread_ = std::thread([this] { completionLoop(); });
 }
 
 Communicator::~Communicator() {
+  if (forkedChild()) {
+    // The parent's threads are not in this process and its locks may be held
+    // forever; UCX state is not usable after fork. Leak all of it.
+    progressThread_.detach();
+    callbacks_.abandonAfterFork();
+    (void)transport_.release();
+    return;
+  }
   shutdown();
   ::close(epollFd_);
   ::close(wakeFd_);
 }
 
+bool Communicator::forkedChild() const { return int(::getpid()) != creatorPid_; }
+
 void Communicator::submit(std::unique_ptr<Op> op) {
+  if (forkedChild()) {
+    throw Error(ErrorKind::InvalidArgument,
+                prefix(*op) + "this process group was created by process " + std::to_string(creatorPid_) +
+                    " and cannot be used in a forked child (pid " + std::to_string(::getpid()) +
+                    "); create a new process group in the child");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) {
     throw Error(ErrorKind::Aborted, prefix(*op) + "the process group was shut down or aborted" +
@@ -70,6 +109,7 @@ void Communicator::submit(std::unique_ptr<Op> op) {
 }
 
 void Communicator::abort(const std::string& why) {
+  if (forkedChild()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -80,16 +120,9 @@ void Communicator::abort(const std::string& why) {
     }
   }
   if (progressThread_.joinable()) progressThread_.join();
-  {
-    std::lock_guard<std::mutex> lock(cbMu_);
-    cbStop_ = true;
-  }
-  cbCv_.notify_all();
-  if (completionThread_.joinable() && completionThread_.get_id() != std::this_thread::get_id()) {
-    completionThread_.join();
-  } else if (completionThread_.joinable()) {
-    completionThread_.detach();
-  }
+  // The progress thread posted its last callbacks before it ended: these run
+  // now, and none after this returns.
+  callbacks_.stop();
 }
 
 void Communicator::shutdown() {
@@ -145,34 +178,44 @@ bool Communicator::runReady(Active& a) {
   while (!a.ready.empty() && !a.ended) {
     StepId id = a.ready.front();
     a.ready.pop_front();
-    const Step& s = a.op->schedule.steps()[id];
     did = true;
-    switch (s.kind) {
-      case StepKind::Send:
-      case StepKind::Recv:
-        post(a, id);
-        continue;
-      case StepKind::Reduce:
-        if (!a.reduce) a.reduce = reduceFn(a.op->schedule.dtype(), a.op->schedule.op());
-        a.reduce(s.dst, s.src, s.bytes / dtypeSize(a.op->schedule.dtype()));
-        break;
-      case StepKind::Copy:
-        if (s.bytes) std::memmove(s.dst, s.src, s.bytes);
-        break;
-      case StepKind::Scale:
-        scale(s.dst, s.bytes / dtypeSize(a.op->schedule.dtype()), a.op->schedule.dtype(),
-              a.op->schedule.scaleFactor());
-        break;
-      case StepKind::Poll:
-        if (!poll(a, id)) {
-          if (!a.ended) a.polling.push_back(id);
-          continue;
-        }
-        break;
+    try {
+      runStep(a, id);
+    } catch (const std::exception& e) {
+      const Step& s = a.op->schedule.steps()[id];
+      fail(a, ErrorKind::Internal,
+           std::string(stepKindName(s.kind)) + " step " + std::to_string(id) + " failed: " + e.what());
     }
-    stepDone(a, id);
   }
   return did;
+}
+
+void Communicator::runStep(Active& a, StepId id) {
+  const Step& s = a.op->schedule.steps()[id];
+  switch (s.kind) {
+    case StepKind::Send:
+    case StepKind::Recv:
+      post(a, id);
+      return;
+    case StepKind::Reduce:
+      if (!a.reduce) a.reduce = reduceFn(a.op->schedule.dtype(), a.op->schedule.op());
+      a.reduce(s.dst, s.src, s.bytes / dtypeSize(a.op->schedule.dtype()));
+      break;
+    case StepKind::Copy:
+      if (s.bytes) std::memmove(s.dst, s.src, s.bytes);
+      break;
+    case StepKind::Scale:
+      scale(s.dst, s.bytes / dtypeSize(a.op->schedule.dtype()), a.op->schedule.dtype(),
+            a.op->schedule.scaleFactor());
+      break;
+    case StepKind::Poll:
+      if (!poll(a, id)) {
+        if (!a.ended) a.polling.push_back(id);
+        return;
+      }
+      break;
+  }
+  stepDone(a, id);
 }
 
 bool Communicator::runPolls(Active& a) {
@@ -195,35 +238,39 @@ bool Communicator::poll(Active& a, StepId id) {
     return a.op->schedule.runPoll(a.op->schedule.steps()[id]);
   } catch (const Error& e) {
     fail(a, e.kind(), e.what());
-    return false;
+  } catch (const std::exception& e) {
+    fail(a, ErrorKind::Internal, std::string("poll step ") + std::to_string(id) + " failed: " + e.what());
   }
+  return false;
 }
 
 void Communicator::post(Active& a, StepId id) {
   const Step& s = a.op->schedule.steps()[id];
   Active* ap = &a;
-  auto done = [this, ap, id](const TransferResult& r) {
-    Active& act = *ap;
-    act.inflight.erase(id);
-    if (act.ended) return;
-    const Step& st = act.op->schedule.steps()[id];
-    if (!r.ok) {
-      fail(act, r.errorKind, r.error);
-    } else if (st.kind == StepKind::Recv && r.bytes != st.bytes) {
-      fail(act, ErrorKind::InvalidArgument,
-           "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
-               std::to_string(st.bytes) + " were expected: the ranks passed tensors of different sizes");
-    } else {
-      if (st.kind == StepKind::Recv) act.op->recvSource = r.source;
-      stepDone(act, id);
-    }
-  };
-  // Record the step before posting: the transport may complete it during the
-  // next progress() and the callback looks it up.
+  // Runs inside transport_->progress(): it may only record (see the header).
+  auto done = [this, ap, id](const TransferResult& r) { onTransfer(*ap, id, r); };
   TransferId tid = s.kind == StepKind::Send
                        ? transport_->isend(s.peer, s.tag, s.src, s.bytes, MemoryKind::Host, std::move(done))
                        : transport_->irecv(s.peer, s.tag, s.dst, s.bytes, MemoryKind::Host, std::move(done));
+  // Callbacks run only from progress(), so the entry is here before its
+  // callback looks it up.
   a.inflight.emplace(id, tid);
+}
+
+void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
+  a.inflight.erase(id);
+  if (a.ended) return;
+  const Step& st = a.op->schedule.steps()[id];
+  if (!r.ok) {
+    fail(a, r.errorKind, r.error);
+  } else if (st.kind == StepKind::Recv && r.bytes != st.bytes) {
+    fail(a, ErrorKind::InvalidArgument,
+         "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
+             std::to_string(st.bytes) + " were expected: the ranks passed tensors of different sizes");
+  } else {
+    if (st.kind == StepKind::Recv) a.op->recvSource = r.source;
+    stepDone(a, id);
+  }
 }
 
 void Communicator::stepDone(Active& a, StepId id) {
@@ -234,63 +281,85 @@ void Communicator::stepDone(Active& a, StepId id) {
   if (a.stepsDone == a.remaining.size()) finish(a);
 }
 
+// onDone only publishes; should it throw anyway, the op has ended and the
+// exception must not reach the transport's callback chain.
+void Communicator::publish(Active& a, const Error* err) {
+  if (!a.op->onDone) return;
+  try {
+    a.op->onDone(err);
+  } catch (const std::exception& e) {
+    RINGX_LOG(Warn, prefix(*a.op) << "publishing the result failed: " << e.what());
+  }
+}
+
 void Communicator::finish(Active& a) {
   a.ended = true;
-  if (a.op->onDone) a.op->onDone(nullptr);
+  publish(a, nullptr);
   if (a.op->onCallbacks) {
     auto cb = std::move(a.op->onCallbacks);
-    schedule([cb = std::move(cb)] { cb(nullptr); });
+    callbacks_.post([cb = std::move(cb)] { cb(nullptr); });
   }
 }
 
-// A callback may block on the result of a later op (PowerSGD waits on a
-// future inside .then): while the completion thread is inside one, later
-// completions get a thread of their own instead of queueing behind it.
-void Communicator::schedule(std::function<void()> job) {
-  {
-    std::lock_guard<std::mutex> lock(cbMu_);
-    if (!cbBusy_) {
-      callbacks_.push_back(std::move(job));
-      cbCv_.notify_one();
-      return;
-    }
-  }
-  std::thread([job = std::move(job)] {
-    try {
-      job();
-    } catch (const std::exception& e) {
-      RINGX_LOG(Warn, "ringx: a completion callback threw: " << e.what());
-    }
-  }).detach();
-}
-
+// Records the failure and publishes it; what must be undone (transfers in
+// flight, the other pending ops) is left to settle().
 void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited) {
   if (a.ended) return;
   a.ended = true;
+  a.cancelTransfers = !a.inflight.empty();
+  cancelPending_ |= a.cancelTransfers;
   Error err(kind, prefix(*a.op) + what, std::move(awaited));
   RINGX_LOG(Warn, err.what());
-  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) {
       error_ = err;
-      first = true;
+      poisonPending_ = err;
     }
   }
-  // A cancel may complete its transfer on the spot, and the completion
-  // erases from a.inflight: cancel from a copy.
-  std::vector<TransferId> pending;
-  for (auto& [step, tid] : a.inflight) pending.push_back(tid);
-  for (TransferId tid : pending) transport_->cancel(tid);
-  if (a.op->onDone) a.op->onDone(&err);
+  publish(a, &err);
   if (a.op->onCallbacks) {
     auto cb = std::move(a.op->onCallbacks);
-    schedule([cb = std::move(cb), err] { cb(&err); });
+    callbacks_.post([cb = std::move(cb), err] { cb(&err); });
   }
-  if (first) {
-    for (auto& other : active_) {
-      if (other.get() != &a && !other->ended) {
-        fail(*other, kind, std::string("the communicator failed: ") + err.what());
+}
+
+// A failure outside any op (the transport's progress threw): poisons the
+// communicator so that every pending and later op fails with it.
+void Communicator::failCommunicator(const std::string& what) {
+  Error err(ErrorKind::Internal, "ringx: progress (rank " + std::to_string(rank_) + "): " + what);
+  RINGX_LOG(Warn, err.what());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error_) {
+    error_ = err;
+    poisonPending_ = err;
+  }
+}
+
+// Runs at the top level of the progress loop only. cancel() runs no
+// callback, so neither the ops' transfer maps nor active_ change under it.
+void Communicator::settle() {
+  while (cancelPending_ || poisonPending_) {
+    if (poisonPending_) {
+      Error cause = *std::exchange(poisonPending_, std::nullopt);
+      for (auto& other : active_) {
+        if (!other->ended) fail(*other, cause.kind(), std::string("the communicator failed: ") + cause.what());
+      }
+    }
+    if (cancelPending_) {
+      cancelPending_ = false;
+      for (auto& a : active_) {
+        if (!a->cancelTransfers) continue;
+        a->cancelTransfers = false;
+        std::vector<TransferId> ids;
+        for (auto& [step, tid] : a->inflight) ids.push_back(tid);
+        for (TransferId tid : ids) {
+          try {
+            transport_->cancel(tid);
+          } catch (const std::exception& e) {
+            RINGX_LOG(Warn, "ringx: cancelling a transfer failed: " << e.what());
+          }
+        }
       }
     }
   }
@@ -398,6 +467,48 @@ void Communicator::pinThisThread() const {
   }
 }
 
+// One pass of the progress loop. Each phase that can fail an op is followed
+// by settle(), and ops are reaped only after it, so a failed op's transfers
+// are cancelled before anything forgets them.
+void Communicator::iterate(Clock::time_point& idleSince, Clock::time_point& nextPeerCheck) {
+  bool did = startSubmitted();
+  try {
+    did |= transport_->progress();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the transport's progress failed: ") + e.what());
+  }
+  settle();
+  bool polling = false;
+  for (auto& a : active_) {
+    did |= runPolls(*a);
+    did |= runReady(*a);
+    polling |= !a->ended && !a->polling.empty();
+  }
+  checkDeadlines();
+  if (!active_.empty() && Clock::now() >= nextPeerCheck) {
+    try {
+      transport_->checkPeers();
+    } catch (const std::exception& e) {
+      failCommunicator(std::string("checking peers failed: ") + e.what());
+    }
+    failOnDeadPeer();
+    nextPeerCheck = Clock::now() + std::chrono::milliseconds(100);
+  }
+  settle();
+  did |= reapFinished();
+  if (did) {
+    idleSince = Clock::now();
+    return;
+  }
+  // Waiting on peers in shared memory gives no event to sleep on.
+  if (polling || Clock::now() - idleSince < options_.spin) {
+    std::this_thread::yield();
+    return;
+  }
+  sleepUntilWork();
+  idleSince = Clock::now();
+}
+
 void Communicator::progressLoop() {
   pinThisThread();
   auto idleSince = Clock::now();
@@ -409,32 +520,12 @@ void Communicator::progressLoop() {
                      std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
       if (!drain_ || !pending) break;
     }
-    bool did = startSubmitted();
-    did |= transport_->progress();
-    bool polling = false;
-    for (auto& a : active_) {
-      did |= runPolls(*a);
-      did |= runReady(*a);
-      polling |= !a->ended && !a->polling.empty();
+    try {
+      iterate(idleSince, nextPeerCheck);
+    } catch (const std::exception& e) {
+      failCommunicator(std::string("the progress loop failed: ") + e.what());
+      settle();
     }
-    did |= reapFinished();
-    checkDeadlines();
-    if (!active_.empty() && Clock::now() >= nextPeerCheck) {
-      transport_->checkPeers();
-      failOnDeadPeer();
-      nextPeerCheck = Clock::now() + std::chrono::milliseconds(100);
-    }
-    if (did) {
-      idleSince = Clock::now();
-      continue;
-    }
-    // Waiting on peers in shared memory gives no event to sleep on.
-    if (polling || Clock::now() - idleSince < options_.spin) {
-      std::this_thread::yield();
-      continue;
-    }
-    sleepUntilWork();
-    idleSince = Clock::now();
   }
   startSubmitted();
   for (auto& a : active_) {
@@ -446,28 +537,6 @@ void Communicator::progressLoop() {
   // after which no buffer of any op is referenced and the ops can go.
   transport_.reset();
   active_.clear();
-}
-
-void Communicator::completionLoop() {
-  pinThisThread();
-  for (;;) {
-    std::function<void()> cb;
-    {
-      std::unique_lock<std::mutex> lock(cbMu_);
-      cbCv_.wait(lock, [this] { return cbStop_ || !callbacks_.empty(); });
-      if (callbacks_.empty()) return;
-      cb = std::move(callbacks_.front());
-      callbacks_.pop_front();
-      cbBusy_ = true;
-    }
-    try {
-      cb();
-    } catch (const std::exception& e) {
-      RINGX_LOG(Warn, "ringx: a completion callback threw: " << e.what());
-    }
-    std::lock_guard<std::mutex> lock(cbMu_);
-    cbBusy_ = false;
-  }
 }
 
 }  // namespace ringx

@@ -3,8 +3,10 @@
 //
 // Threading: every call happens on the communicator's progress thread, so
 // implementations need no locks of their own for it. Callbacks fire only from
-// inside progress() and checkPeers() (never from isend/irecv/cancel), so a
-// callback may post more transfers without re-entering the transport.
+// inside progress(), after the transport's own machinery has returned (never
+// from isend/irecv/cancel/checkPeers, nor from inside a library callback):
+// the engine may then post or cancel from a callback, and cancels outside
+// them, without either side re-entering the other.
 //
 // Tags: the caller owns bits 0..47 and bit 63; bits 48..62 carry the sender's
 // rank, set by the transport, so receives can name their source or match any.
@@ -71,8 +73,9 @@ class Transport {
   virtual bool arm() = 0;
 
   // Looks for peers that died without the transport noticing (shared-memory
-  // peers give no signal) and fails their transfers. Called now and then by
-  // the engine while operations are pending.
+  // peers give no signal) and marks them failed; the next progress() fails
+  // their transfers. Called now and then by the engine while operations are
+  // pending.
   virtual void checkPeers() {}
 
   // Peers whose connection failed, or -1 if none.

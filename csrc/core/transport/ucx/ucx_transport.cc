@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -171,8 +172,8 @@ class UcxTransport final : public Transport {
     while (ucp_worker_progress(worker_) != 0) {
     }
     // Destroying the worker may still complete requests (sends to a dead
-    // peer never finish otherwise), whose callbacks erase their entries; only
-    // what is left after it is ours to free.
+    // peer never finish otherwise); their callbacks only queue, and every
+    // entry is freed here.
     ucp_worker_destroy(worker_);
     for (auto& [id, pending] : pending_) delete pending;
     ucp_cleanup(context_);
@@ -191,11 +192,7 @@ class UcxTransport final : public Transport {
     }
     ucp_request_param_t param = baseParam(p, mem);
     param.cb.send = &UcxTransport::onSend;
-    ucs_status_ptr_t req;
-    {
-      DeferScope defer(*this);
-      req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
-    }
+    ucs_status_ptr_t req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
     if (!p->completedInline) track(p, req);
     return p->id;
   }
@@ -211,11 +208,7 @@ class UcxTransport final : public Transport {
     param.cb.recv = &UcxTransport::onRecv;
     uint64_t wireTag = peer == kAnySource ? (tag & kTagUserMask) : tagWithSource(tag, peer);
     uint64_t mask = peer == kAnySource ? kTagUserMask : ~uint64_t{0};
-    ucs_status_ptr_t req;
-    {
-      DeferScope defer(*this);
-      req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
-    }
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
     if (!p->completedInline) track(p, req);
     return p->id;
   }
@@ -223,14 +216,19 @@ class UcxTransport final : public Transport {
   void cancel(TransferId id) override {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second->request && it->second->isRecv) {
-      DeferScope defer(*this);
       ucp_request_cancel(worker_, it->second->request);
     }
   }
 
+  // UCX runs request and endpoint callbacks inside ucp_worker_progress (and
+  // inside the calls that post or cancel); those only queue. Here, after UCX
+  // has returned, receives from failed peers are cancelled and the queue is
+  // delivered, so the engine's callbacks never run inside UCX and a failure
+  // never re-enters the loop that handles it.
   bool progress() override {
     bool did = false;
     while (ucp_worker_progress(worker_) != 0) did = true;
+    did |= cancelReceivesFromFailedPeers();
     while (!deferred_.empty()) {
       auto [p, result] = std::move(deferred_.front());
       deferred_.pop_front();
@@ -248,17 +246,12 @@ class UcxTransport final : public Transport {
     return st == UCS_OK;
   }
 
+  // Only records: the next progress() takes what the dead peer sent before
+  // it died, then cancels what still waits on it.
   void checkPeers() override {
-    std::vector<int> dead;
     for (int p = 0; p < size_; ++p) {
-      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) dead.push_back(p);
+      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) peerFailed(p);
     }
-    if (dead.empty()) return;
-    // What the peer sent before it died is already here: take it before
-    // failing what is still pending on it.
-    progress();
-    DeferScope defer(*this);
-    for (int p : dead) peerFailed(p);
   }
 
   int firstFailedPeer() const override {
@@ -278,16 +271,6 @@ class UcxTransport final : public Transport {
     bool peerClosed = false;
     bool completedInline = false;
     TransferCallback done;
-  };
-  // UCX may run a request's callback inside the call that posts or cancels it
-  // (UCP_OP_ATTR_FLAG_NO_IMM_CMPL allows that). The contract says callbacks run
-  // only from progress(), so completions that arrive while one of our calls is
-  // on the stack are queued and delivered by the next progress().
-  struct DeferScope {
-    explicit DeferScope(UcxTransport& t) : t(t), was(t.deferCallbacks_) { t.deferCallbacks_ = true; }
-    ~DeferScope() { t.deferCallbacks_ = was; }
-    UcxTransport& t;
-    bool was;
   };
   struct PeerArg {
     UcxTransport* self;
@@ -334,16 +317,14 @@ class UcxTransport final : public Transport {
 
   void completeNow(Pending* p, TransferResult r) { deferred_.emplace_back(p, std::move(r)); }
 
-  // A request's callback: deliver now, or queue it if one of our own calls is
-  // on the stack (see DeferScope).
+  // A request's callback, inside UCX: queue the completion for progress().
+  // UCX may also call it inside the call that posts or cancels the request
+  // (UCP_OP_ATTR_FLAG_NO_IMM_CMPL allows that); completedInline tells the
+  // poster there is no request to keep.
   void complete(Pending* p, const TransferResult& r) {
     p->request = nullptr;
-    if (deferCallbacks_) {
-      p->completedInline = true;
-      deferred_.emplace_back(p, r);
-    } else {
-      finish(p, r);
-    }
+    p->completedInline = true;
+    deferred_.emplace_back(p, r);
   }
 
   void finish(Pending* p, const TransferResult& r) {
@@ -356,8 +337,16 @@ class UcxTransport final : public Transport {
   TransferResult fromStatus(Pending* p, ucs_status_t status) {
     TransferResult r;
     if (status == UCS_OK) return r;
-    if (p->peerClosed || status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT ||
-        status == UCS_ERR_UNREACHABLE) {
+    if (p->peerClosed || (p->peer >= 0 && failed_[p->peer]) || status == UCS_ERR_CONNECTION_RESET ||
+        status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_UNREACHABLE) {
+      return closedResult(p->peer);
+    }
+    // A same-host endpoint (no peer-failure mode) reports its peer's death as
+    // whatever its transport saw (an I/O or shared-memory error), often
+    // before the pid watch does: ask the pid now.
+    if (status != UCS_ERR_CANCELED && status != UCS_ERR_MESSAGE_TRUNCATED && p->peer >= 0 &&
+        localPid_[p->peer] > 0 && p->peer != rank_ && !processAlive(localPid_[p->peer])) {
+      peerFailed(p->peer);
       return closedResult(p->peer);
     }
     r.ok = false;
@@ -399,20 +388,32 @@ class UcxTransport final : public Transport {
     pa->self->peerFailed(pa->peer);
   }
 
-  // UCX fails sends on a broken endpoint by itself, but tag receives are not
-  // tied to an endpoint: cancel the ones that wait on the dead peer. Receives
-  // from any source wait on all peers and are left to the timeout.
+  // Called inside UCX (onEpError) or by checkPeers: records only.
   void peerFailed(int peer) {
+    if (!failed_[peer]) newlyFailed_.push_back(peer);
     failed_[peer] = true;
-    // Cancelling may complete (and erase) a request on the spot: collect first.
-    std::vector<Pending*> victims;
+  }
+
+  // UCX fails sends on a broken endpoint by itself, but tag receives are not
+  // tied to an endpoint: cancel the ones that wait on a newly failed peer, by
+  // id, looking each up again. Receives from any source wait on all peers and
+  // are left to the engine, which fails every op once a peer is gone.
+  bool cancelReceivesFromFailedPeers() {
+    if (newlyFailed_.empty()) return false;
+    std::vector<int> peers = std::exchange(newlyFailed_, {});
+    std::vector<TransferId> victims;
     for (auto& [id, p] : pending_) {
-      if (p->isRecv && p->peer == peer && p->request) victims.push_back(p);
+      if (p->isRecv && p->request && std::find(peers.begin(), peers.end(), p->peer) != peers.end()) {
+        victims.push_back(id);
+      }
     }
-    for (Pending* p : victims) {
-      p->peerClosed = true;
-      ucp_request_cancel(worker_, p->request);
+    for (TransferId id : victims) {
+      auto it = pending_.find(id);
+      if (it == pending_.end() || !it->second->request) continue;
+      it->second->peerClosed = true;
+      ucp_request_cancel(worker_, it->second->request);
     }
+    return true;
   }
 
   int rank_;
@@ -427,8 +428,8 @@ class UcxTransport final : public Transport {
   std::vector<PeerArg> peerArgs_;
   std::unordered_map<TransferId, Pending*> pending_;
   std::deque<std::pair<Pending*, TransferResult>> deferred_;
+  std::vector<int> newlyFailed_;  // failed since the last progress(), receives not yet cancelled
   TransferId nextId_ = 1;
-  bool deferCallbacks_ = false;
 };
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
