@@ -67,7 +67,7 @@ $(shell mkdir -p build)
 $(file >$(SRC_LIST),$(SRC_FILES))
 endif
 
-PY_TEST_TIMEOUT := 1500
+PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
 .PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test demo bench bench-ddp clean distclean test-faults

@@ -156,7 +156,9 @@ DEAD_PEER_CASES = [
     ("exception", "pending", "all_reduce", 1, 3, 2, (), ()),
     ("sigkill", "idle", "all_reduce", 1, 3, 2, (), ()),
     ("sigkill", "pending", "all_reduce", 1 << 20, 3, 1, (), ()),
-    # Binomial tree from root 0 over 3 ranks: the root sends to ranks 1 and 2 itself.
+    # Binomial tree from root 0 over 3 ranks (forced: the shared-memory broadcast lets the
+    # root finish once its data is in its slots, which 4 MiB is where L2, and so the
+    # slot, is 2 MiB): the root sends to ranks 1 and 2 itself.
     ("sigkill", "pending", "broadcast", 1 << 20, 3, 1, (0,), (2,)),
     ("sigkill", "pending", "send_recv", 1 << 20, 3, 1, (0, 2), ()),  # 0 sends to it, 2 receives from it
 ]
@@ -176,7 +178,8 @@ def test_dead_peer(mode, when, op, count, ws, victim, direct, independent):
     2 x the timeout, except a pending op that never needed the dead rank, which may
     complete; the ones that talk to the dead rank directly say "connection to rank V
     closed"."""
-    out = launch("dead_peer.py", ws, mode, victim, FAULT_TIMEOUT, when, op, count)
+    env = {"RINGX_ALGO": "broadcast:binomial"} if op == "broadcast" else None
+    out = launch("dead_peer.py", ws, mode, victim, FAULT_TIMEOUT, when, op, count, env=env)
     dying = out[victim].event("dying")
     assert dying, f"the victim never got to die\n{out.report()}"
     expected_exit = {"sigkill": -9, "exit": 7, "exception": 1}[mode]
