@@ -257,6 +257,9 @@ void ProcessGroupRingx::checkOnThisRankOnly(Call& call, Collective coll, int roo
   try {
     check();
   } catch (const c10::Error& e) {
+    // Alone in its group the rank rejected the call everywhere: nothing to
+    // tell, and the group stays usable as after any rejected call.
+    if (size_ == 1) throw;
     CollArgs a = argsFor(call, coll);
     a.root = root;
     const std::string why = "this rank rejected its own arguments, which the other ranks could not check (" +
