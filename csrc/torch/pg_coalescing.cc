@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::endCoalescing() {
   }
   const uint64_t seq = held.empty() ? seq_.load() : held.front().op->seq;
   auto work = c10::make_intrusive<WorkRingx>(rank_, c10d::OpType::COALESCED, nullptr, std::vector<at::Tensor>{},
-                                             outputs, seq);
+                                             outputs, seq, comm_);
   work->opName = "coalesced";
   if (held.empty()) {
     work->markDone(nullptr);

@@ -33,7 +33,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   if (held_) throwValueError(call.ctx, "a sparse all_reduce cannot be coalesced; call it after the block ends");
   if (!t.device().is_cpu()) throwTypeError(call.ctx, "sparse tensors on " + t.device().str() + " are not supported");
   auto work = c10::make_intrusive<WorkRingx>(rank_, c10d::OpType::ALLREDUCE, "ringx:sparse_all_reduce",
-                                             std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t}, call.ctx.seq);
+                                             std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t}, call.ctx.seq, comm_);
   work->opName = "all_reduce";
   const at::Tensor in = t.coalesce();
   const at::Tensor indices = in.indices(), values = in.values();

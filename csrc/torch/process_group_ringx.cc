@@ -96,8 +96,9 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       // Slots hold whole elements of any dtype and start cache-line aligned.
       const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);
       shm_ = ShmArea::create(adapter, prefix, rank, size, slot);
+      if (shm_) copts.bell = shm_->bell();
     }
-    comm_ = std::make_unique<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
+    comm_ = std::make_shared<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
   } catch (const Error& e) {
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
   }
@@ -105,7 +106,12 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 ProcessGroupRingx::~ProcessGroupRingx() {
-  withoutGil([this] { comm_.reset(); });
+  // A waiter may still hold the communicator: stop it first, so that nothing
+  // touches the shared-memory area after this returns.
+  withoutGil([this] {
+    comm_->shutdown();
+    comm_.reset();
+  });
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingx::getBackendOptions() {
@@ -199,6 +205,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
     call.reduction = std::make_tuple(args.dtype, args.op, args.premulFactor);
   }
   checkCoalescible(call);
+  call.bytes = args.bytes();
   auto build = [&](uint64_t seq) {
     CollArgs numbered = args;
     numbered.seq = seq;
@@ -228,11 +235,12 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
   call.numbering->store(call.ctx.seq);
   const std::string title = "ringx:" + call.title;
   auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, call.title.empty() ? nullptr : title.c_str(),
-                                             std::move(call.recorded), std::move(outputs), call.ctx.seq);
+                                             std::move(call.recorded), std::move(outputs), call.ctx.seq, comm_);
   work->opName = call.ctx.op;
   work->publish = std::move(publish);
   auto op = std::make_unique<Op>(call.ctx.op, call.ctx.seq, std::move(schedule));
   op->timeout = call.timeout;
+  op->bytes = call.bytes;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
   if (held_) {
     hold(call, std::move(work), std::move(op));
@@ -244,6 +252,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
     work->markDone(e);
   };
   op->onCallbacks = [work](const Error* e) { work->completeFuture(e); };
+  op->callbacksWanted = [work] { return work->futureWanted(); };
   try {
     comm_->submit(std::move(op));
   } catch (const Error& e) {

@@ -150,6 +150,8 @@ class ProcessGroupRingx : public c10d::Backend {
     // not its schedule, so that every rank decides alike (a tree's leaves
     // never reduce).
     std::optional<Reduction> reduction;
+    // The payload, when known: a small one may run inline in submit.
+    size_t bytes = SIZE_MAX;
   };
 
   // A call's schedule held back between startCoalescing and endCoalescing.
@@ -206,7 +208,8 @@ class ProcessGroupRingx : public c10d::Backend {
 
   // Declared before comm_ so that it outlives the progress thread.
   std::unique_ptr<ShmArea> shm_;
-  std::unique_ptr<Communicator> comm_;
+  // Shared with the Works, whose wait() drives it.
+  std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex submitMu_;
   // Settings read once, when the group is built (the ranks agreed on them).

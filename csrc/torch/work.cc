@@ -22,11 +22,12 @@ std::exception_ptr toTorchException(const Error& e) {
 }
 
 WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, std::vector<at::Tensor> inputs,
-                     std::vector<at::Tensor> outputs, uint64_t seq)
+                     std::vector<at::Tensor> outputs, uint64_t seq, std::weak_ptr<Communicator> comm)
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
       outputs_(std::move(outputs)),
       seq_(seq),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      comm_(std::move(comm)),
       creatorPid_(int(::getpid())) {}
 
 bool WorkRingx::isCompleted() {
@@ -53,10 +54,24 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
                                     ", whose engine threads a forked child does not have; wait on it in "
                                     "the parent, or create a new process group in the child");
   }
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> until;
+  if (timeout != kNoTimeout) until = Clock::now() + timeout;
+  // Drive the communicator while waiting; when another thread drives it,
+  // wait for this op's notification and try again.
+  if (auto comm = comm_.lock()) {
+    for (;;) {
+      auto r = comm->drive([this] { return done_.load(); }, until);
+      if (r != Communicator::Drive::Busy) break;
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, std::chrono::milliseconds(1), [this] { return completed_; });
+      if (completed_) break;
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout == kNoTimeout) {
+  if (!until) {
     cv_.wait(lock, [this] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+  } else if (!cv_.wait_until(lock, *until, [this] { return completed_; })) {
     throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
                                 "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
                                     std::to_string(seq_) + "): Timed out after " +
@@ -67,7 +82,23 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> WorkRingx::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> WorkRingx::getFuture() {
+  bool ended;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    futureWanted_ = true;
+    ended = completed_;
+  }
+  // Ended before anyone asked: no callback is attached yet, so completing
+  // it here runs none.
+  if (ended) completeFuture(nullptr);
+  return future_;
+}
+
+bool WorkRingx::futureWanted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return futureWanted_;
+}
 
 int WorkRingx::sourceRank() const {
   int r = sourceRank_.load();
@@ -97,9 +128,11 @@ void WorkRingx::markDone(const Error* error) {
     }
   }
   finish(ex);
+  done_ = true;
 }
 
 void WorkRingx::completeFuture(const Error*) {
+  if (futureDone_.exchange(true)) return;
   std::exception_ptr ex = exception();
   if (ex) {
     future_->setError(ex);

@@ -1,12 +1,16 @@
 // The Work a ringx collective returns. It completes in two phases:
-//   1. on the communicator's progress thread, as soon as the data is in
-//      place: outputs are published (copied back into non-contiguous user
-//      tensors), the error is recorded, and wait() returns;
-//   2. on the communicator's callback pool: the Future is completed, so its
-//      callbacks (DDP comm hooks, .then chains that issue collectives and
-//      wait on them) never run on, or block, the progress thread. None runs
-//      after the group's shutdown returns (destroy_process_group) or once the
-//      interpreter exits (an atexit hook stops every pool).
+//   1. on whichever thread progresses the communicator when the data is in
+//      place (the caller's own, when it waits: wait() drives the
+//      communicator until its op is done): outputs are published (copied
+//      back into non-contiguous user tensors), the error is recorded, and
+//      wait() returns;
+//   2. the Future is completed. If someone asked for the Future before the
+//      op ended, on the communicator's callback pool, so its callbacks (DDP
+//      comm hooks, .then chains that issue collectives and wait on them)
+//      never run on, or block, a progressing thread; none runs after the
+//      group's shutdown returns (destroy_process_group) or once the
+//      interpreter exits (an atexit hook stops every pool). Otherwise the
+//      pool is not involved: getFuture() completes it when first asked.
 // A Work, like its group, belongs to the process that created it: wait() in
 // a forked child raises instead of hanging.
 #pragma once
@@ -15,15 +19,17 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 
 #include "core/common/error.h"
+#include "core/engine/communicator.h"
 
 namespace ringx {
 
 class WorkRingx : public c10d::Work {
  public:
   WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, std::vector<at::Tensor> inputs,
-            std::vector<at::Tensor> outputs, uint64_t seq);
+            std::vector<at::Tensor> outputs, uint64_t seq, std::weak_ptr<Communicator> comm);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -37,7 +43,9 @@ class WorkRingx : public c10d::Work {
 
   // Phase 1 (progress thread). `publish` runs first when the op succeeded.
   void markDone(const Error* error);
-  // Phase 2 (callback pool).
+  // Whether phase 2 must run on the callback pool: someone holds the Future.
+  bool futureWanted();
+  // Phase 2.
   void completeFuture(const Error* error);
 
   std::function<void()> publish;
@@ -48,6 +56,10 @@ class WorkRingx : public c10d::Work {
   uint64_t seq_;
   std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool futureWanted_ = false;           // guarded by mutex_
+  std::atomic<bool> futureDone_{false};
+  std::atomic<bool> done_{false};  // phase 1 over; read by a driving waiter
+  std::weak_ptr<Communicator> comm_;
   const int creatorPid_;
 };
 

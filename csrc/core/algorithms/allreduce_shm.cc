@@ -68,6 +68,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
             if (avg != 1.0) scale(mine, len, dtype, avg);
           }
           shm->counter(r).store(2 * id, std::memory_order_release);
+          shm->ring();
           return true;
         },
         [=] { return shm->behind(2 * id - 1); }, {prev});

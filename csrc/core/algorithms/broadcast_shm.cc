@@ -55,6 +55,7 @@ Schedule buildBroadcastShm(const CollArgs& a) {
             if (shm->chunksDone().load(std::memory_order_acquire) + 1 < id || !shm->slotFree(id)) return false;
             shm->header(r, which) = header;
             shm->counter(r).store(2 * id - 1, std::memory_order_release);
+            shm->ring();
             return true;
           },
           [=] { return shm->holdingSlot(id); }, {prev});

@@ -48,6 +48,7 @@ StepId shmCopyIn(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader hea
         fill(shm->slot(shm->rank(), which));
         shm->header(shm->rank(), which) = header;
         shm->counter(shm->rank()).store(2 * id - 1, std::memory_order_release);
+        shm->ring();
         return true;
       },
       [=] { return shm->holdingSlot(id); }, {prev});

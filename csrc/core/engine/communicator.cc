@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,9 @@ namespace {
 // Enough for callbacks that block on a few later futures each (PowerSGD's
 // hooks wait on one); beyond it callbacks queue instead of taking threads.
 constexpr int kMaxCallbackThreads = 4;
+
+// What a caller's submit() may run inline: a latency-bound op.
+constexpr size_t kInlineBytes = 64 * 1024;
 
 const char* stepKindName(StepKind k) {
   switch (k) {
@@ -59,9 +63,13 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       creatorPid_(int(::getpid())),
       callbacks_(kMaxCallbackThreads, options.cpu) {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wakeFd_ < 0 || epollFd_ < 0) throw Error(ErrorKind::Internal, "ringx: eventfd/epoll creation failed");
-  for (int fd : {wakeFd_, transport_->eventFd()}) {
+  if (wakeFd_ < 0 || timerFd_ < 0 || epollFd_ < 0) {
+    throw Error(ErrorKind::Internal, "ringx: eventfd/timerfd/epoll creation failed");
+  }
+  nextPeerCheck_ = Clock::now();
+  for (int fd : {wakeFd_, timerFd_, transport_->eventFd()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -83,6 +91,7 @@ Communicator::~Communicator() {
   }
   shutdown();
   ::close(epollFd_);
+  ::close(timerFd_);
   ::close(wakeFd_);
 }
 
@@ -95,17 +104,102 @@ void Communicator::submit(std::unique_ptr<Op> op) {
                     " and cannot be used in a forked child (pid " + std::to_string(::getpid()) +
                     "); create a new process group in the child");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) {
-    throw Error(ErrorKind::Aborted, prefix(*op) + "the process group was shut down or aborted" +
-                                        (abortReason_.empty() ? "" : " (" + abortReason_ + ")") +
-                                        "; create a new group to communicate again");
+  const bool small = op->bytes <= kInlineBytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      throw Error(ErrorKind::Aborted, prefix(*op) + "the process group was shut down or aborted" +
+                                          (abortReason_.empty() ? "" : " (" + abortReason_ + ")") +
+                                          "; create a new group to communicate again");
+    }
+    submitted_.push_back(std::move(op));
   }
-  submitted_.push_back(std::move(op));
-  if (sleeping_) {
+  // A small op on an idle communicator runs inline, as far as it goes
+  // without waiting and for at most one spin budget: an asynchronous call
+  // never blocks its caller for long, and a large one (a DDP bucket) leaves
+  // the caller free to compute while other threads move it.
+  bool pending = true;
+  std::unique_lock<std::mutex> pl(progressMu_, std::defer_lock);
+  if (small && pl.try_lock() && active_.empty()) {
+    const auto stop = Clock::now() + options_.spin;
+    while (pass() && Clock::now() < stop) {
+    }
+    pending = hasPending();
+  }
+  if (pl.owns_lock()) pl.unlock();
+  if (pending && drivers_.load() == 0) handOffSoon();
+}
+
+// An op left unfinished goes to the progress thread one spin budget later
+// unless a caller starts driving first, which is what a synchronous call
+// does at once: the progress thread is not woken for it. Asleep on the
+// doorbell it cannot see the timer, so it is rung at once.
+void Communicator::handOffSoon() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++workGen_;
+  if (bellSleepers_ > 0 && options_.bell) options_.bell->ring();
+  if (eventSleepers_ == 0) return;
+  itimerspec t{};
+  t.it_value.tv_nsec = long(std::max<int64_t>(1, options_.spin.count())) * 1000;
+  ::timerfd_settime(timerFd_, 0, &t, nullptr);
+  timerArmed_ = true;
+}
+
+void Communicator::wakeProgressThread() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++workGen_;
+  if (parked_) parkCv_.notify_all();
+  if (eventSleepers_ > 0) {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
   }
+  if (bellSleepers_ > 0 && options_.bell) options_.bell->ring();
+}
+
+Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::optional<Clock::time_point> until) {
+  if (stopping_ || forkedChild()) return Drive::Stopped;
+  drivers_.fetch_add(1);
+  if (timerArmed_.exchange(false)) {
+    itimerspec off{};
+    ::timerfd_settime(timerFd_, 0, &off, nullptr);
+  }
+  // The lock is held for one pass at a time by the progress thread, which
+  // then stands aside; for long only by another driver. (Not a timed mutex:
+  // ThreadSanitizer does not see pthread_mutex_clocklock take it.)
+  std::unique_lock<std::mutex> pl(progressMu_, std::try_to_lock);
+  for (auto giveUp = Clock::now() + std::chrono::microseconds(200); !pl.owns_lock(); pl.try_lock()) {
+    if (Clock::now() >= giveUp) {
+      if (drivers_.fetch_sub(1) == 1) wakeProgressThread();
+      return Drive::Busy;
+    }
+    std::this_thread::yield();
+  }
+  Drive result = Drive::Done;
+  auto idleSince = Clock::now();
+  for (;;) {
+    if (done()) break;
+    if (stopping_ || closed_) {
+      result = Drive::Stopped;
+      break;
+    }
+    if (until && Clock::now() >= *until) {
+      result = Drive::TimedOut;
+      break;
+    }
+    const uint32_t seen = options_.bell ? options_.bell->seen() : 0;
+    if (pass()) {
+      idleSince = Clock::now();
+      continue;
+    }
+    if (done()) break;
+    Nap nap = planNap(idleSince, seen, until);
+    takeNap(nap);
+    if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
+  }
+  const bool pending = !closed_ && hasPending();
+  pl.unlock();
+  if (drivers_.fetch_sub(1) == 1 && pending) wakeProgressThread();
+  return result;
 }
 
 void Communicator::abort(const std::string& why) {
@@ -117,6 +211,8 @@ void Communicator::abort(const std::string& why) {
       abortReason_ = why;
       uint64_t one = 1;
       [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
+      parkCv_.notify_all();
+      if (options_.bell && bellSleepers_ > 0) options_.bell->ring();
     }
   }
   if (progressThread_.joinable()) progressThread_.join();
@@ -292,10 +388,21 @@ void Communicator::publish(Active& a, const Error* err) {
   }
 }
 
+bool Communicator::wantsCallbacks(Active& a) {
+  if (!a.op->onCallbacks) return false;
+  if (!a.op->callbacksWanted) return true;
+  try {
+    return a.op->callbacksWanted();
+  } catch (const std::exception& e) {
+    RINGX_LOG(Warn, prefix(*a.op) << "asking for completion callbacks failed: " << e.what());
+    return true;
+  }
+}
+
 void Communicator::finish(Active& a) {
   a.ended = true;
   publish(a, nullptr);
-  if (a.op->onCallbacks) {
+  if (wantsCallbacks(a)) {
     auto cb = std::move(a.op->onCallbacks);
     callbacks_.post([cb = std::move(cb)] { cb(nullptr); });
   }
@@ -318,7 +425,7 @@ void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std:
     }
   }
   publish(a, &err);
-  if (a.op->onCallbacks) {
+  if (wantsCallbacks(a)) {
     auto cb = std::move(a.op->onCallbacks);
     callbacks_.post([cb = std::move(cb), err] { cb(&err); });
   }
@@ -433,28 +540,88 @@ void Communicator::checkDeadlines() {
   }
 }
 
-void Communicator::sleepUntilWork() {
+bool Communicator::hasPending() const {
+  if (!active_.empty()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !submitted_.empty();
+}
+
+// Everything pending waits on peers' shared-memory counters, nothing on the
+// transport: the doorbell is then the one thing worth sleeping on.
+bool Communicator::onlyPolling() const {
+  bool polling = false;
+  for (auto& a : active_) {
+    if (a->ended) continue;
+    if (!a->inflight.empty()) return false;
+    polling |= !a->polling.empty();
+  }
+  return polling;
+}
+
+std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::time_point> until) const {
+  const auto now = Clock::now();
+  auto next = now + std::chrono::milliseconds(100);
+  if (until) next = std::min(next, *until);
+  for (auto& a : active_) {
+    if (!a->ended) next = std::min(next, a->deadline);
+  }
+  return std::max(std::chrono::microseconds(0),
+                  std::chrono::duration_cast<std::chrono::microseconds>(next - now) + std::chrono::microseconds(1));
+}
+
+// Called with progressMu_ held after a pass that did nothing.
+Communicator::Nap Communicator::planNap(Clock::time_point idleSince, uint32_t bellSeen,
+                                        std::optional<Clock::time_point> until) {
+  Nap nap;
+  const bool polling = std::any_of(active_.begin(), active_.end(),
+                                   [](auto& a) { return !a->ended && !a->polling.empty(); });
+  if (Clock::now() - idleSince < options_.spin) {
+    nap.kind = Nap::Kind::Yield;
+  } else if (polling) {
+    nap.kind = options_.bell && onlyPolling() ? Nap::Kind::Bell : Nap::Kind::Yield;
+  } else if (transport_->arm()) {
+    nap.kind = Nap::Kind::Events;
+  }
+  nap.max = untilNextDeadline(until);
+  nap.bellSeen = bellSeen;
+  std::lock_guard<std::mutex> lock(mu_);
+  nap.workGen = workGen_;
+  return nap;
+}
+
+void Communicator::takeNap(const Nap& nap) {
+  if (nap.kind == Nap::Kind::None) return;
+  if (nap.kind == Nap::Kind::Yield) {
+    std::this_thread::yield();
+    return;
+  }
+  const bool bell = nap.kind == Nap::Kind::Bell;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!submitted_.empty() || stopping_) return;
-    sleeping_ = true;
+    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen) return;
+    ++(bell ? bellSleepers_ : eventSleepers_);
   }
-  if (transport_->arm()) {
-    int timeoutMs = 100;
-    auto now = Clock::now();
-    for (auto& a : active_) {
-      if (a->ended) continue;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(a->deadline - now).count() + 1;
-      timeoutMs = std::clamp<int>(int(std::min<long>(left, timeoutMs)), 0, timeoutMs);
-    }
-    epoll_event events[2];
-    ::epoll_wait(epollFd_, events, 2, timeoutMs);
+  if (bell) {
+    options_.bell->sleep(nap.bellSeen, nap.max);
+  } else {
+    epoll_event events[3];
+    ::epoll_wait(epollFd_, events, 3, int((nap.max.count() + 999) / 1000));
     uint64_t v;
     while (::read(wakeFd_, &v, sizeof(v)) > 0) {
     }
+    while (::read(timerFd_, &v, sizeof(v)) > 0) {
+    }
+    timerArmed_ = false;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  sleeping_ = false;
+  --(bell ? bellSleepers_ : eventSleepers_);
+}
+
+void Communicator::park() {
+  std::unique_lock<std::mutex> lock(mu_);
+  parked_ = true;
+  parkCv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return drivers_.load() == 0 || stopping_; });
+  parked_ = false;
 }
 
 void Communicator::pinThisThread() const {
@@ -467,66 +634,71 @@ void Communicator::pinThisThread() const {
   }
 }
 
-// One pass of the progress loop. Each phase that can fail an op is followed
-// by settle(), and ops are reaped only after it, so a failed op's transfers
-// are cancelled before anything forgets them.
-void Communicator::iterate(Clock::time_point& idleSince, Clock::time_point& nextPeerCheck) {
-  bool did = startSubmitted();
+// One pass over everything pending, with progressMu_ held. Each phase that
+// can fail an op is followed by settle(), and ops are reaped only after it,
+// so a failed op's transfers are cancelled before anything forgets them.
+// Returns whether anything moved.
+bool Communicator::pass() {
+  if (closed_) return false;
+  bool did = false;
   try {
-    did |= transport_->progress();
-  } catch (const std::exception& e) {
-    failCommunicator(std::string("the transport's progress failed: ") + e.what());
-  }
-  settle();
-  bool polling = false;
-  for (auto& a : active_) {
-    did |= runPolls(*a);
-    did |= runReady(*a);
-    polling |= !a->ended && !a->polling.empty();
-  }
-  checkDeadlines();
-  if (!active_.empty() && Clock::now() >= nextPeerCheck) {
+    did = startSubmitted();
     try {
-      transport_->checkPeers();
+      did |= transport_->progress();
     } catch (const std::exception& e) {
-      failCommunicator(std::string("checking peers failed: ") + e.what());
+      failCommunicator(std::string("the transport's progress failed: ") + e.what());
     }
-    failOnDeadPeer();
-    nextPeerCheck = Clock::now() + std::chrono::milliseconds(100);
+    settle();
+    for (auto& a : active_) {
+      did |= runPolls(*a);
+      did |= runReady(*a);
+    }
+    checkDeadlines();
+    if (!active_.empty() && Clock::now() >= nextPeerCheck_) {
+      try {
+        transport_->checkPeers();
+      } catch (const std::exception& e) {
+        failCommunicator(std::string("checking peers failed: ") + e.what());
+      }
+      failOnDeadPeer();
+      nextPeerCheck_ = Clock::now() + std::chrono::milliseconds(100);
+    }
+    settle();
+    did |= reapFinished();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the progress loop failed: ") + e.what());
+    settle();
+    did = true;
   }
-  settle();
-  did |= reapFinished();
-  if (did) {
-    idleSince = Clock::now();
-    return;
-  }
-  // Waiting on peers in shared memory gives no event to sleep on.
-  if (polling || Clock::now() - idleSince < options_.spin) {
-    std::this_thread::yield();
-    return;
-  }
-  sleepUntilWork();
-  idleSince = Clock::now();
+  return did;
 }
 
 void Communicator::progressLoop() {
   pinThisThread();
   auto idleSince = Clock::now();
-  auto nextPeerCheck = Clock::now();
   for (;;) {
+    if (drivers_.load() > 0) {
+      park();
+      continue;
+    }
+    std::unique_lock<std::mutex> pl(progressMu_);
     if (stopping_) {
+      bool pending = std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
       std::lock_guard<std::mutex> lock(mu_);
-      bool pending = !submitted_.empty() ||
-                     std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
-      if (!drain_ || !pending) break;
+      if (!drain_ || !(pending || !submitted_.empty())) break;
     }
-    try {
-      iterate(idleSince, nextPeerCheck);
-    } catch (const std::exception& e) {
-      failCommunicator(std::string("the progress loop failed: ") + e.what());
-      settle();
+    const uint32_t seen = options_.bell ? options_.bell->seen() : 0;
+    if (pass()) {
+      idleSince = Clock::now();
+      continue;
     }
+    if (drivers_.load() > 0) continue;
+    Nap nap = planNap(idleSince, seen, std::nullopt);
+    pl.unlock();
+    takeNap(nap);
+    if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
   }
+  std::lock_guard<std::mutex> pl(progressMu_);
   startSubmitted();
   for (auto& a : active_) {
     fail(*a, ErrorKind::Aborted,
@@ -537,6 +709,7 @@ void Communicator::progressLoop() {
   // after which no buffer of any op is referenced and the ops can go.
   transport_.reset();
   active_.clear();
+  closed_ = true;
 }
 
 }  // namespace ringx

@@ -1,12 +1,23 @@
-// A communicator owns one transport and the one progress thread that drives
-// it. Callers submit ops and return at once; the progress thread posts each
-// op's ready steps, runs reductions inline, watches deadlines and publishes
+// A communicator owns one transport and is progressed by one thread at a
+// time: whoever holds progressMu_. Progressing means posting each op's ready
+// steps, running reductions inline, watching deadlines and publishing
 // completions. A small pool (callback_pool.h) runs completion callbacks so
-// user code never runs on (or blocks) the progress thread.
+// user code never runs on (or blocks) a progressing thread.
 //
-// Idle policy: after RINGX_SPIN_US of finding nothing to do the progress
-// thread arms the transport and sleeps on its event fd (plus an eventfd that
-// submit() writes), so many ranks on few cores do not starve each other.
+// Who progresses: the caller first. submit() runs the new op inline as far
+// as it goes without waiting (a small collective whose peers are already
+// there completes before submit returns), and a thread that waits for an op
+// drives the communicator itself until its op is done (drive(), as MPI_Wait
+// does) instead of sleeping until another thread wakes it. The progress
+// thread covers ops nobody waits on (asynchronous ones, DDP's buckets) and
+// deadlines; it stands aside while any caller drives, and a driver that
+// leaves unfinished ops behind wakes it.
+//
+// Idle policy, for whichever thread progresses: after RINGX_SPIN_US of
+// finding nothing to do it sleeps: on the shared-memory doorbell when all it
+// waits for is peers' counters (the rank that moves one rings it), otherwise
+// on the transport's event fd (plus an eventfd that submit() writes), so
+// many ranks on few cores do not starve each other.
 //
 // Failure policy: the first failed op (timeout, closed peer, size mismatch, a
 // step that threw) poisons the communicator, as in NCCL: ranks may no longer
@@ -33,6 +44,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -41,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/common/futex_bell.h"
 #include "core/engine/callback_pool.h"
 #include "core/engine/op.h"
 #include "core/transport/transport.h"
@@ -53,6 +66,9 @@ struct CommOptions {
   // The CPU the progress and completion threads run on; -1 leaves them to
   // the scheduler.
   int cpu = -1;
+  // The doorbell the shared-memory algorithms ring when they move a counter;
+  // null without shared memory (waits on peers' counters then spin).
+  FutexBell* bell = nullptr;
 };
 
 class Communicator {
@@ -66,10 +82,20 @@ class Communicator {
   int size() const { return size_; }
   const CommOptions& options() const { return options_; }
 
-  // Never blocks on the network. If the communicator already failed, the op
-  // fails at once (its callbacks still run, from the engine's threads).
-  // Throws in a forked child: the engine's threads live in the parent.
+  // Never blocks on the network: runs the op inline only as far as it goes
+  // without waiting. If the communicator already failed, the op fails at
+  // once. Throws in a forked child: the engine's threads live in the parent.
   void submit(std::unique_ptr<Op> op);
+
+  enum class Drive { Done, Busy, Stopped, TimedOut };
+  // Progresses the communicator on the calling thread until done() holds
+  // (Done). Returns Busy at once when another caller is driving (wait for
+  // the op's own notification, then call again), Stopped once the
+  // communicator is shutting down (the progress thread ends every op), and
+  // TimedOut at `until`. done() is called with progressMu_ held and must
+  // not call into the communicator.
+  Drive drive(const std::function<bool()>& done,
+              std::optional<std::chrono::steady_clock::time_point> until = std::nullopt);
 
   // Fails pending ops with ErrorKind::Aborted and stops the threads.
   void abort(const std::string& why);
@@ -82,7 +108,23 @@ class Communicator {
  private:
   struct Active;
 
+  using Clock = std::chrono::steady_clock;
+
   void progressLoop();
+  void park();
+  void wakeProgressThread();
+  bool pass();
+  bool hasPending() const;
+  bool onlyPolling() const;
+  struct Nap {
+    enum class Kind { None, Yield, Bell, Events } kind = Kind::None;
+    std::chrono::microseconds max{0};
+    uint32_t bellSeen = 0;
+    uint64_t workGen = 0;
+  };
+  Nap planNap(Clock::time_point idleSince, uint32_t bellSeen, std::optional<Clock::time_point> until);
+  void takeNap(const Nap& nap);
+  void handOffSoon();
   bool startSubmitted();
   bool runReady(Active& a);
   bool runPolls(Active& a);
@@ -97,12 +139,11 @@ class Communicator {
   void settle();
   void publish(Active& a, const Error* err);
   void finish(Active& a);
+  bool wantsCallbacks(Active& a);
   bool reapFinished();
   void checkDeadlines();
-  void sleepUntilWork();
+  std::chrono::microseconds untilNextDeadline(std::optional<Clock::time_point> until) const;
   void pinThisThread() const;
-  void iterate(std::chrono::steady_clock::time_point& idleSince,
-               std::chrono::steady_clock::time_point& nextPeerCheck);
   bool forkedChild() const;
   std::string describeAwaited(const Active& a) const;
   std::vector<int> awaitedPeers(const Active& a) const;
@@ -113,23 +154,37 @@ class Communicator {
   const int rank_;
   const int size_;
   int wakeFd_ = -1;
+  int timerFd_ = -1;  // hands an op nobody drives to the progress thread
   int epollFd_ = -1;
+  std::atomic<bool> timerArmed_{false};
 
-  mutable std::mutex mu_;  // guards submitted_, sleeping_, error_, stopping_
+  mutable std::mutex mu_;  // guards submitted_, the sleep state below, error_, stopping_
   std::deque<std::unique_ptr<Op>> submitted_;
-  bool sleeping_ = false;
+  int eventSleepers_ = 0;  // threads asleep on the event fds
+  int bellSleepers_ = 0;   // threads asleep on the doorbell
+  bool parked_ = false;    // the progress thread stands aside for a driver
+  // Bumped whenever work is handed to the progress thread; a nap planned
+  // before the bump is not taken.
+  uint64_t workGen_ = 0;
+  std::condition_variable parkCv_;
+  std::atomic<int> drivers_{0};
   std::optional<Error> error_;
   std::atomic<bool> stopping_{false};
   bool drain_ = false;
   std::string abortReason_;
 
-  // Progress thread only. Ops are added by startSubmitted() and removed by
-  // reapFinished(), both at the top level of the loop, never in a callback.
+  // Whoever holds progressMu_ progresses; everything below up to the
+  // creator pid is touched only by that thread.
+  std::mutex progressMu_;
+  // Ops are added by startSubmitted() and removed by reapFinished(), both at
+  // the top level of a pass, never in a callback.
   std::list<std::unique_ptr<Active>> active_;
-  // Progress thread only: the error that poisoned the communicator, once
-  // settle() has still to fail the other pending ops with it.
+  // The error that poisoned the communicator, once settle() has still to
+  // fail the other pending ops with it.
   std::optional<Error> poisonPending_;
   bool cancelPending_ = false;
+  Clock::time_point nextPeerCheck_;
+  bool closed_ = false;  // the progress thread has ended every op and dropped the transport
 
   const int creatorPid_;
   CallbackPool callbacks_;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,13 +21,18 @@ struct Op {
   uint64_t seq;
   Schedule schedule;
   std::chrono::milliseconds timeout{0};  // 0: the communicator's default
+  // The payload; a small op on an idle communicator runs inline in submit().
+  size_t bytes = SIZE_MAX;
 
   // Runs on the progress thread when the op ends (error == nullptr on
   // success). Must be quick and must not call user code: it only publishes.
   std::function<void(const Error* error)> onDone;
-  // Runs afterwards on the communicator's completion thread, where user
+  // Runs afterwards on the communicator's callback pool, where user
   // callbacks (future continuations) may block or issue more collectives.
   std::function<void(const Error* error)> onCallbacks;
+  // Asked once onDone has run; false skips onCallbacks (nobody listens, so
+  // no pool thread is woken). Unset: onCallbacks always runs.
+  std::function<bool()> callbacksWanted;
   // Whatever must outlive every transfer (tensors): released only once the
   // transport no longer references the op's buffers.
   std::shared_ptr<void> keepAlive;

@@ -19,11 +19,14 @@ namespace ringx {
 namespace {
 
 // Control block: the counter in the first cache line, the two slot headers
-// in the second, the released chunk in the third.
+// in the second, the released chunk in the third, the doorbell (used in
+// rank 0's block only) in the fourth.
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
+constexpr size_t kBellOffset = 192;
 static_assert(kHeadersOffset + 2 * sizeof(ShmArea::SlotHeader) <= kReleasedOffset);
+static_assert(kBellOffset + sizeof(BellWord) <= 256);
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);
@@ -87,6 +90,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     area->headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
     area->released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
     area->data_.push_back(base + kControlBytes);
+    if (p == 0) area->bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(base + kBellOffset));
   }
   // Once everyone has mapped every segment the names can go: nothing is left
   // in /dev/shm even if a process dies later.

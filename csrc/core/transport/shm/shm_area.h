@@ -4,8 +4,9 @@
 // out of peers' slots instead of sending messages.
 //
 // Synchronisation is by monotonic counters, one per rank in its own cache
-// line, written with release and read with acquire; nothing on the hot path
-// makes a system call.
+// line, written with release and read with acquire. A rank that moves a
+// counter rings the area's doorbell, which costs a system call only when a
+// peer sleeps on it (after spinning RINGX_SPIN_US in vain).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/futex_bell.h"
 #include "core/common/identity.h"
 #include "core/common/store.h"
 
@@ -66,7 +68,12 @@ class ShmArea {
     counter(rank_).store(2 * id, std::memory_order_release);
     released(rank_).store(id, std::memory_order_release);
     chunksDone_.store(id, std::memory_order_release);
+    ring();
   }
+  // Every store to a counter or released value is followed by a ring, so
+  // that a peer asleep on the doorbell looks again.
+  void ring() { bell_->ring(); }
+  FutexBell* bell() const { return bell_.get(); }
   std::vector<int> holdingSlot(uint64_t id) const;
 
   // Chunks are numbered across all ops that use the area, in submission
@@ -91,6 +98,7 @@ class ShmArea {
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<std::atomic<uint64_t>*> released_;
   std::vector<SlotHeader*> headers_;
+  std::unique_ptr<FutexBell> bell_;
   std::atomic<uint64_t> nextChunk_{1};
   std::atomic<uint64_t> chunksDone_{0};
 };
