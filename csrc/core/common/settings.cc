@@ -39,9 +39,10 @@ const std::vector<Setting> kSettings = {
      "this size, "
      "several in flight."},
     {"RINGX_SPIN_US", SettingType::PositiveInt, "microseconds", "50", "`50`", nullptr, false,
-     "How long the progress thread polls after its last piece of work before it sleeps on the UCX "
-     "worker's "
-     "event fd."},
+     "How long a thread that progresses ringx (the caller waiting on its op, or the progress thread) "
+     "polls after its last piece of work before it sleeps: on the shared-memory doorbell when it waits "
+     "only for peers on this host, otherwise on the UCX worker's event fd. Also how long an op nobody "
+     "waits on may sit before the progress thread takes it."},
     {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, false,
      "When this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
      "pin rank r's "
