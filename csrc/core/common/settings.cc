@@ -43,12 +43,12 @@ const std::vector<Setting> kSettings = {
      "polls after its last piece of work before it sleeps: on the shared-memory doorbell when it waits "
      "only for peers on this host, otherwise on the UCX worker's event fd. Also how long an op nobody "
      "waits on may sit before the progress thread takes it."},
-    {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, false,
-     "When this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
-     "pin rank r's "
-     "progress and completion threads to CPU r (mod the CPUs); `0` turns it off. With cores to "
-     "spare, or a "
-     "process already confined to one CPU, nothing is pinned."},
+    {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,
+     "`1`: when this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
+     "pin rank r's progress and completion threads to CPU r (mod the CPUs). Off by default: since "
+     "callers drive their own collectives it lost in the compute-gap and interleaved patterns "
+     "(docs/benchmarks.md). With cores to spare, or a process already confined to one CPU, nothing "
+     "is pinned."},
     {"RINGX_SHM", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, true,
      "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends "
      "everything "
