@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
@@ -235,4 +237,121 @@ TEST_CASE("shm area refuses a world whose ranks are not all on this host") {
   MemoryStore store;
   store.set("t/host/1", {'e', 'l', 's', 'e'});
   RANK_REQUIRE(ShmArea::create(store, "t", 0, 2, 4096) == nullptr);
+}
+
+TEST_CASE("shm gather puts every rank's block in the root's output, for every root and across chunks") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  CAPTURE(size, count);
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    for (int root = 0; root < size; ++root) {
+      std::vector<float> in(count), out(r == root ? count * size : 0, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = float(r * 1000 + int(i % 997) + root);
+      CollArgs a{Collective::Gather, r, size, uint64_t(root)};
+      a.root = root;
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "gather", root, buildGatherShm(a)));
+      for (size_t k = 0; k < out.size(); ++k) {
+        const float want = float(int(k / count) * 1000 + int(k % count % 997) + root);
+        if (out[k] != want) RANK_FAIL("root " << root << " element " << k << " got " << out[k] << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm scatter gives every rank its block of the root's input, for every root and across chunks") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  CAPTURE(size, count);
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    for (int root = 0; root < size; ++root) {
+      std::vector<float> in(r == root ? count * size : 0), out(count, -1.0f);
+      for (size_t k = 0; k < in.size(); ++k) in[k] = float(int(k / count) * 1000 + int(k % count % 997) + root);
+      CollArgs a{Collective::Scatter, r, size, uint64_t(root)};
+      a.root = root;
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "scatter", root, buildScatterShm(a)));
+      for (size_t i = 0; i < count; ++i) {
+        const float want = float(r * 1000 + int(i % 997) + root);
+        if (out[i] != want) RANK_FAIL("rank " << r << " root " << root << " element " << i << " got " << out[i]);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm reduce leaves the result on the root and the other ranks' buffers as they were") {
+  auto size = GENERATE(2, 3, 4);
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(size, count, reduceOpName(op));
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    for (int root = 0; root < size; ++root) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 7) + root);
+      const std::vector<float> before = buf;
+      CollArgs a{Collective::Reduce, r, size, uint64_t(root)};
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.root = root;
+      a.buf = buf.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "reduce", root, buildReduceShm(a)));
+      if (r != root) {
+        RANK_REQUIRE(buf == before);
+        continue;
+      }
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q = 0; q < size; ++q) {
+          const float v = float(q * 10 + int(i % 7) + root);
+          want = op == ReduceOp::Max ? std::max(want, v) : want + (op == ReduceOp::PremulSum ? 0.5f * v : v);
+        }
+        if (op == ReduceOp::Avg) want /= float(size);
+        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("root " << root << " element " << i << " got " << buf[i] << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm barrier lets no rank through before every rank has arrived, call after call") {
+  auto size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  ShmWorld w(size);
+  std::atomic<int> arrived{0};
+  onEachRank(size, [&](int r) {
+    for (int call = 0; call < 20; ++call) {
+      // Ranks arrive at different times; nobody may leave before the last.
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * ((r + call) % size)));
+      arrived.fetch_add(1);
+      CollArgs a{Collective::Barrier, r, size, uint64_t(call)};
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "barrier", call, buildBarrierShm(a)));
+      RANK_REQUIRE(arrived.load() >= (call + 1) * size);
+    }
+  });
+}
+
+TEST_CASE("shm barrier fails, instead of passing, against a rank in another collective") {
+  ShmWorld w(2);
+  onEachRank(2, [&](int r) {
+    std::vector<float> buf(4, 1.0f);
+    CollArgs a{r == 0 ? Collective::Barrier : Collective::AllReduce, r, 2, 0};
+    a.buf = buf.data();
+    a.count = r == 0 ? 0 : buf.size();
+    a.shm = w.areas[r].get();
+    auto err = runOp(*w.comms[r], r == 0 ? "barrier" : "all_reduce", 0,
+                     r == 0 ? buildBarrierShm(a) : buildAllReduceShm(a), 5s);
+    RANK_REQUIRE(err);
+    RANK_REQUIRE(err->kind() == ErrorKind::InvalidArgument);
+  });
 }

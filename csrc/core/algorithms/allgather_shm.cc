@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "core/algorithms/registry.h"
 #include "core/algorithms/shm_steps.h"
 #include "core/transport/shm/shm_area.h"
@@ -22,27 +20,9 @@ Schedule buildAllGatherShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op);
   s.setAlgorithm("shm");
   if (a.count == 0) return s;
-  ShmArea* shm = a.shm;
-  const int n = a.size, r = a.rank;
-  const size_t es = dtypeSize(a.dtype), blockBytes = a.count * es;
   auto* out = static_cast<std::byte*>(a.buf);
-  const auto* in = a.input ? static_cast<const std::byte*>(a.input) : out + r * blockBytes;
-  const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
-  const ShmArea::SlotHeader header = identityOf(a);
-
-  StepId prev = kNoStep;
-  chunks.forEach([&](uint64_t id, int, size_t start, size_t len) {
-    const size_t off = start * es, bytes = len * es;
-
-    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + off, bytes); }, prev);
-
-    prev = shmReadAll(
-        s, shm, id, header,
-        [=](int which) {
-          for (int q = 0; q < n; ++q) std::memcpy(out + q * blockBytes + off, shm->slot(q, which), bytes);
-        },
-        prev);
-  });
+  const auto* in = a.input ? static_cast<const std::byte*>(a.input) : out + a.rank * a.count * dtypeSize(a.dtype);
+  shmGatherBlocks(s, a, in, out, true);
   return s;
 }
 

@@ -59,14 +59,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
           shm->checkSameOp(which, header);
-          const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
-          std::vector<const void*> srcs(n);
-          for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + off;
-          std::byte* mine = shm->slot(r, which) + off;
-          if (len) {
-            reduce(mine, srcs.data(), n, len);
-            if (avg != 1.0) scale(mine, len, dtype, avg);
-          }
+          shmReduceMyPortion(shm, which, m, reduce, dtype, avg);
           shm->counter(r).store(2 * id, std::memory_order_release);
           shm->ring();
           return true;
@@ -76,10 +69,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id)) return false;
-          for (int q = 0; q < n; ++q) {
-            const size_t off = ring::chunkStart(m, n, q) * es, len = ring::chunkLen(m, n, q) * es;
-            if (len) std::memcpy(chunk + off, shm->slot(q, which) + off, len);
-          }
+          shmCopyPortionsOut(shm, which, m, es, chunk);
           shm->finishChunk(id);
           return true;
         },

@@ -20,8 +20,10 @@ namespace ringx {
 void addIdentityChecks(Schedule& s, const CollArgs& a, const CollIdentity& mine);
 
 // The schedule of a call that this rank rejected for arguments only it can
-// check (`why`): its identity, marked rejected, to every other rank, then a
-// step that fails with `why`, which poisons this rank's communicator. The
+// check (`why`): its identity, marked rejected, to every other rank (as a
+// message, and in shared memory as the header of the chunk the call would
+// have used), then a step that fails with `why`, which poisons this rank's
+// communicator. The
 // ranks that exchange data with this one in that call fail at once; the
 // others wait on them and time out.
 Schedule buildRejection(const CollArgs& a, const std::string& why);

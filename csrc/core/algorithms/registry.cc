@@ -37,6 +37,9 @@ constexpr std::array kAlgorithms{
               "all ranks on one host", &sharedMemory, &buildAllGatherShm},
     Algorithm{"binomial", Collective::Reduce, "pipelined binomial tree towards the root, reducing at each level",
               "any root", &always, &buildReduceBinomial},
+    Algorithm{"shm", Collective::Reduce,
+              "the shared-memory all-reduce's copy in and fused n-way reduce; only the root copies out",
+              "all ranks on one host", &sharedMemory, &buildReduceShm},
     Algorithm{"ring", Collective::ReduceScatter, "partial sums travel around a ring, pipelined in segments",
               "any world size", &always, &buildReduceScatterRing},
     Algorithm{"shm", Collective::ReduceScatter,
@@ -50,10 +53,18 @@ constexpr std::array kAlgorithms{
               &buildAllToAllShm},
     Algorithm{"binomial", Collective::Gather, "subtrees gather into contiguous runs on the way up a binomial tree",
               "any root", &always, &buildGatherBinomial},
+    Algorithm{"shm", Collective::Gather,
+              "each rank copies its block into shared memory and the root copies all blocks out, chunk by chunk",
+              "all ranks on one host", &sharedMemory, &buildGatherShm},
     Algorithm{"binomial", Collective::Scatter, "subtree runs split off on the way down a binomial tree", "any root",
               &always, &buildScatterBinomial},
+    Algorithm{"shm", Collective::Scatter,
+              "the root copies a piece of every block into its slot and each rank copies its own piece out",
+              "all ranks on one host", &sharedMemory, &buildScatterShm},
     Algorithm{"dissemination", Collective::Barrier, "ceil(log2 n) rounds of zero-byte messages to rank r+2^k",
               "any world size", &always, &buildBarrierDissemination},
+    Algorithm{"shm", Collective::Barrier, "every rank announces one empty chunk in shared memory and waits for all",
+              "all ranks on one host", &sharedMemory, &buildBarrierShm},
 };
 
 }  // namespace

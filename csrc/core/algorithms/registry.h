@@ -42,5 +42,9 @@ Schedule buildAllToAllPairwise(const CollArgs& a);
 Schedule buildGatherBinomial(const CollArgs& a);
 Schedule buildScatterBinomial(const CollArgs& a);
 Schedule buildBarrierDissemination(const CollArgs& a);
+Schedule buildBarrierShm(const CollArgs& a);
+Schedule buildGatherShm(const CollArgs& a);
+Schedule buildScatterShm(const CollArgs& a);
+Schedule buildReduceShm(const CollArgs& a);
 
 }  // namespace ringx

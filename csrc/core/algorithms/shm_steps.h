@@ -5,10 +5,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
+#include <vector>
 
+#include "core/algorithms/coll_args.h"
 #include "core/engine/schedule.h"
 #include "core/patterns/ring.h"
+#include "core/reduce/reduce.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -69,6 +73,54 @@ StepId shmReadAll(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader he
         return true;
       },
       [=] { return shm->behind(2 * id - 1); }, {prev});
+}
+
+// The two-shot reduction's middle step on a chunk of `m` elements in slot
+// `which`: this rank's 1/n of it reduced out of all n slots, in place in its
+// own slot (scaled by `avg` unless 1).
+inline void shmReduceMyPortion(ShmArea* shm, int which, size_t m, ReduceNFn reduce, DType dtype, double avg) {
+  const int n = shm->size(), r = shm->rank();
+  const size_t es = dtypeSize(dtype);
+  const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
+  if (!len) return;
+  std::vector<const void*> srcs(n);
+  for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + off;
+  std::byte* mine = shm->slot(r, which) + off;
+  reduce(mine, srcs.data(), n, len);
+  if (avg != 1.0) scale(mine, len, dtype, avg);
+}
+
+// Its last step: every rank's reduced portion of the chunk copied to `out`.
+inline void shmCopyPortionsOut(ShmArea* shm, int which, size_t m, size_t es, std::byte* out) {
+  const int n = shm->size();
+  for (int q = 0; q < n; ++q) {
+    const size_t off = ring::chunkStart(m, n, q) * es, len = ring::chunkLen(m, n, q) * es;
+    if (len) std::memcpy(out + off, shm->slot(q, which) + off, len);
+  }
+}
+
+// all_gather and gather: each rank's block `in` copied into its slot piece by
+// piece; every rank (all_gather) or the root alone (gather, copyOut false
+// elsewhere) copies every rank's piece into `out`, blocks of `a.count`
+// elements in rank order.
+inline void shmGatherBlocks(Schedule& s, const CollArgs& a, const std::byte* in, std::byte* out, bool copyOut) {
+  ShmArea* shm = a.shm;
+  const int n = a.size;
+  const size_t es = dtypeSize(a.dtype), blockBytes = a.count * es;
+  const ShmChunks chunks(shm, a.count, shm->slotBytes() / es);
+  const ShmArea::SlotHeader header = identityOf(a);
+  StepId prev = kNoStep;
+  chunks.forEach([&](uint64_t id, int, size_t start, size_t len) {
+    const size_t off = start * es, bytes = len * es;
+    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + off, bytes); }, prev);
+    prev = shmReadAll(
+        s, shm, id, header,
+        [=](int which) {
+          if (!copyOut) return;
+          for (int q = 0; q < n; ++q) std::memcpy(out + q * blockBytes + off, shm->slot(q, which), bytes);
+        },
+        prev);
+  });
 }
 
 }  // namespace ringx

@@ -129,6 +129,19 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = shmChunks(n * N);
     return chunks * 2 * kCost.shmSyncUs + n * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
   }
+  if (alg.build == &buildBarrierShm) return 2 * kCost.shmSyncUs;
+  if (alg.build == &buildGatherShm) {
+    // N is one block: copied in by every rank, all n copied out by the root.
+    return shmChunks(N) * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
+  }
+  if (alg.build == &buildScatterShm) {
+    // N is one block: the root copies in all n, each rank copies out one.
+    return shmChunks(n * N) * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
+  }
+  if (alg.build == &buildReduceShm) {
+    const double chunks = shmChunks(N);
+    return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
+  }
   if (alg.build == &buildAllReduceRabenseifner) {
     return 2 * std::log2(p) * kCost.alphaUs + 2 * (p - 1) / p * N * kCost.betaUsPerByte +
            (p - 1) / p * N * kCost.gammaUsPerByte + foldUs;
