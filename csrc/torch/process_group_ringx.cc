@@ -13,6 +13,7 @@
 #include "core/algorithms/identity.h"
 #include "core/common/log.h"
 #include "core/common/settings.h"
+#include "core/common/topology.h"
 #include "core/select/select.h"
 #include "core/transport/ucx/ucx_transport.h"
 #include "torch/staging.h"
@@ -92,6 +93,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
   try {
+    topology_ = Topology::exchange(adapter, prefix + "/topology", rank, size);
     if (settingFlag("RINGX_SHM")) {
       // Slots hold whole elements of any dtype and start cache-line aligned.
       const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);
@@ -102,7 +104,16 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   } catch (const Error& e) {
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
   }
-  RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up, timeout " << timeout.count() << " ms");
+  RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up, timeout " << timeout.count() << " ms; "
+                                  << topology_.describe() << "; this rank reaches "
+                                  << (shm_ ? "every rank through shared memory"
+                                           : "every rank through UCX (RINGX_TLS " +
+                                                 (settingText("RINGX_TLS").empty() ? std::string("unset")
+                                                                                   : settingText("RINGX_TLS")) +
+                                                 ")")
+                                  << (shm_ || topology_.singleHost() ? ""
+                                                                     : ", shared memory being used only when "
+                                                                       "every rank of the group is on one host"));
 }
 
 ProcessGroupRingx::~ProcessGroupRingx() {

@@ -44,6 +44,7 @@
 #include <tuple>
 
 #include "core/algorithms/coll_args.h"
+#include "core/common/topology.h"
 #include "core/engine/communicator.h"
 #include "core/select/select.h"
 #include "core/transport/shm/shm_area.h"
@@ -208,6 +209,8 @@ class ProcessGroupRingx : public c10d::Backend {
 
   // Declared before comm_ so that it outlives the progress thread.
   std::unique_ptr<ShmArea> shm_;
+  // Which ranks share a host (learnt once, at creation).
+  Topology topology_;
   // Shared with the Works, whose wait() drives it.
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;

@@ -1,0 +1,169 @@
+"""A multi-host test bed on one machine, for ringx's many-host paths.
+
+    python tools/testbed.py --hosts 2 --ranks-per-host 2 --rate 1gbit -- examples/ddp_train.py --steps 20
+    make testbed                                  # the same, with the DDP example
+
+Each "host" is a network, pid and UTS namespace of its own, so ringx and UCX see
+different machines: no shared memory between hosts, traffic over TCP, a peer's death
+seen through the network. The hosts hang off a bridge that lives in a switch namespace
+of its own; each host's link can be shaped with `tc tbf` (both directions), so
+everything crossing hosts goes through a link of the given rate. torchrun runs in each
+host (`--nnodes H --nproc-per-node P --rdzv-backend c10d`, host 0 holding the
+rendezvous store), as it would on a cluster. All traffic stays inside these namespaces.
+
+Everything is removed on every exit path: normal end, error, timeout, SIGINT or
+SIGTERM. Inside a pid namespace the first process is PID 1 and ignores signals it has
+no handler for, so ranks are stopped by killing the namespace's init (`unshare
+--kill-child`), never by a signal sent from inside. Needs root and iproute2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+RDZV_PORT = 29400
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class Testbed:
+    """H hosts on a bridge; `with Testbed(2, rate="1gbit") as tb: tb.torchrun(...)`."""
+
+    def __init__(self, hosts: int, rate: str | None = None, burst: str = "256kb", latency: str = "50ms"):
+        if hosts < 1 or hosts > 200:
+            raise ValueError(f"testbed: {hosts} hosts; choose 1 to 200")
+        if os.geteuid() != 0:
+            raise PermissionError("testbed: network and pid namespaces need root")
+        if not shutil.which("ip") or not shutil.which("tc"):
+            raise FileNotFoundError("testbed: iproute2 (ip, tc) is missing; `make sysdeps` installs it")
+        tag = f"tb{os.getpid() % 100000}"
+        self.hosts, self.rate, self.burst, self.latency = hosts, rate, burst, latency
+        self.switch = f"{tag}s"
+        self.names = [f"{tag}h{i}" for i in range(hosts)]
+        self.ports = [f"{tag}p{i}" for i in range(hosts)]
+        subnet = f"10.78.{os.getpid() % 250}"
+        self.addresses = [f"{subnet}.{i + 1}" for i in range(hosts)]
+        self._made: list[str] = []
+
+    def __enter__(self) -> "Testbed":
+        try:
+            self._create()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.destroy()
+        return False
+
+    def _create(self) -> None:
+        _ip("netns", "add", self.switch)
+        self._made.append(self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        for i, (ns, port) in enumerate(zip(self.names, self.ports)):
+            _ip("netns", "add", ns)
+            self._made.append(ns)
+            _ip("link", "add", port, "type", "veth", "peer", "name", f"{port}x")
+            _ip("link", "set", port, "netns", self.switch)
+            _ip("link", "set", f"{port}x", "netns", ns)
+            _ip("-n", ns, "link", "set", f"{port}x", "name", "eth0")
+            _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", self.switch, "link", "set", port, "master", "br0")
+            _ip("-n", self.switch, "link", "set", port, "up")
+            if self.rate:
+                # Egress of both ends: what the host sends, and what the switch sends it.
+                for where, dev in ((ns, "eth0"), (self.switch, port)):
+                    subprocess.run(["tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
+                                    "burst", self.burst, "latency", self.latency], check=True, capture_output=True)
+
+    def destroy(self) -> None:
+        """Deletes the namespaces (and with them the links and shaping); safe to call twice."""
+        for ns in reversed(self._made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self._made = []
+
+    def torchrun(self, ranks_per_host: int, script: str, args: list[str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 600.0,
+                 torchrun: str | None = None) -> tuple[list[int | None], list[str]]:
+        """Runs `script` under torchrun on every host; returns (exit codes, logs) per host.
+
+        An exit code of None means the host's ranks were still running at `timeout` and
+        were killed."""
+        torchrun = torchrun or os.path.join(os.path.dirname(sys.executable), "torchrun")
+        out = tempfile.mkdtemp(prefix="ringx-testbed-")
+        env = dict(os.environ, **(env or {}))
+        procs = []
+        try:
+            for i, ns in enumerate(self.names):
+                cmd = [torchrun, f"--nnodes={self.hosts}", f"--nproc-per-node={ranks_per_host}",
+                       "--rdzv-backend=c10d", f"--rdzv-endpoint={self.addresses[0]}:{RDZV_PORT}",
+                       "--rdzv-id=testbed", f"--rdzv-conf=is_host={1 if i == 0 else 0}",
+                       f"--local-addr={self.addresses[i]}", script, *(args or [])]
+                shell = f"hostname host{i} && exec " + " ".join(_quote(c) for c in cmd)
+                log = open(os.path.join(out, f"host{i}.log"), "w")
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", ns, "unshare", "--pid", "--uts", "--mount-proc", "--fork",
+                     "--kill-child", "sh", "-c", shell], env=env, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True))
+                log.close()
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                time.sleep(0.1)
+            codes = [p.poll() for p in procs]
+            logs = []
+            for i in range(self.hosts):
+                with open(os.path.join(out, f"host{i}.log"), errors="replace") as f:
+                    logs.append(f.read())
+            return codes, logs
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def _stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=2)
+    ap.add_argument("--rate", default=None, help="shape every host's link to this tc rate (e.g. 1gbit)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds before the ranks are killed")
+    ap.add_argument("script", help="the training script torchrun runs on every host")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (after --)")
+    a = ap.parse_args()
+    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    with Testbed(a.hosts, rate=a.rate) as tb:
+        print(f"testbed: {a.hosts} hosts x {a.ranks_per_host} ranks, addresses {', '.join(tb.addresses)}, "
+              f"links {a.rate or 'unshaped'}", flush=True)
+        codes, logs = tb.torchrun(a.ranks_per_host, a.script, args, timeout=a.timeout)
+    for i, (code, log) in enumerate(zip(codes, logs)):
+        state = "killed at the timeout" if code is None else f"exit {code}"
+        print(f"===== host{i} ({state})\n{log}", flush=True)
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
