@@ -230,6 +230,69 @@ def coalesced_mixed_reductions():
     return out
 
 
+def coalescing_block_left_by_a_raising_call():
+    """Inside `with dist._coalescing_manager(device=cpu)`: a broadcast from rank 0 and a
+    float32 reduce to rank 0, then an int64 reduce that cannot join the float32 one and
+    raises, leaving the block by its exception (torch's manager then never ends the block
+    on the backend).  Outside the block, once torch's own leftover capture list is dropped:
+    a broadcast from the last rank and an all_reduce, which must run at once, and then
+    _end_coalescing, whose Work must cover the block's two calls.
+
+    {"error": (type, text) of the raising call, "later_broadcast", "later_all_reduce",
+     "end": (type, text) if _end_coalescing or its wait raised, "block_broadcast",
+     "block_reduce"}."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    cpu = torch.device("cpu")
+    group = dist.group.WORLD
+    a = torch.full((4,), float(rank + 1))
+    b = torch.full((3,), float(rank + 1))
+    out = {"error": None}
+    try:
+        with dist._coalescing_manager(device=cpu):
+            dist.broadcast(a, src=0)
+            dist.reduce(b, dst=0)
+            dist.reduce(torch.ones(3, dtype=torch.int64), dst=0)
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["error"] = (type(e).__name__, str(e))
+    dist.distributed_c10d._world.pg_coalesce_state.pop(group, None)
+    c = torch.full((5,), float(rank + 1))
+    dist.broadcast(c, src=ws - 1)
+    d = torch.full((2,), float(rank + 1))
+    dist.all_reduce(d)
+    # Copies: a later call that was only held would still be rewritten by the end.
+    out["later_broadcast"], out["later_all_reduce"] = c.clone(), d.clone()
+    try:
+        group._end_coalescing(cpu).wait()
+    except Exception as e:  # noqa: BLE001
+        out["end"] = (type(e).__name__, str(e))
+    out["block_broadcast"], out["block_reduce"] = a, b
+    return out
+
+
+def coalescing_block_with_a_root_only_rejection():
+    """On a fresh group of every rank, inside `with dist._coalescing_manager(device=cpu)`:
+    a broadcast, then a gather whose root passes an output list of the wrong size (a
+    check only the root makes).  The root's gather raises; the other ranks, whose block
+    ends normally, must fail clearly too (told by the root), not hang, and no rank may
+    crash.  The group is unusable afterwards by design and is destroyed.
+
+    {"outcome": (type, text) of what the block raised, or None}."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    cpu = torch.device("cpu")
+    group = dist.new_group(list(range(ws)))
+    out = {"outcome": None}
+    try:
+        with dist._coalescing_manager(group=group, device=cpu):
+            dist.broadcast(torch.ones(3), src=0, group=group)
+            dist.gather(torch.ones(2), dst=0, group=group,
+                        gather_list=[torch.ones(3) for _ in range(ws)] if rank == 0 else None)
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["outcome"] = (type(e).__name__, str(e))
+    dist.distributed_c10d._world.pg_coalesce_state.pop(group, None)
+    dist.destroy_process_group(group)
+    return out
+
+
 def batch_ring_exchange(seed, counts):
     """batch_isend_irecv: each rank sends one tensor per count to rank+1 and receives as
     many from rank-1, twice (sync wait on the returned works). Returns

@@ -204,6 +204,56 @@ def test_coalescing_refuses_reductions_of_another_dtype(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_call_raising_in_coalescing_block_submits_the_calls_before_it(worlds, ws):
+    results = worlds.run(ws, cases.coalescing_block_left_by_a_raising_call)
+    failures = refs.errors_of(results, f"coalescing block left by a raising call, world {ws}")
+    for r, res in enumerate(results):
+        if refs.ERROR_KEY in res:
+            continue
+        err = res["error"]
+        if err is None or err[0] != "ValueError" or "share dtype and reduce op" not in err[1]:
+            failures.append(f"rank {r}: the int64 reduce should raise a ValueError saying "
+                            f"reductions must share dtype and reduce op; got {err!r}")
+        if "end" in res:
+            failures.append(f"rank {r}: _end_coalescing after the block raised: {res['end']}")
+        wants = [("later broadcast from the last rank", res["later_broadcast"],
+                  torch.full((5,), float(ws))),
+                 ("later all_reduce", res["later_all_reduce"],
+                  torch.full((2,), float(ws * (ws + 1) // 2))),
+                 ("the block's broadcast from rank 0", res["block_broadcast"],
+                  torch.full((4,), 1.0))]
+        if r == 0:
+            wants.append(("the block's reduce to rank 0", res["block_reduce"],
+                          torch.full((3,), float(ws * (ws + 1) // 2))))
+        for what, got, want in wants:
+            msg = refs.compare(got, want, None, f"rank {r}: {what}", "float32")
+            if msg:
+                failures.append(msg)
+    assert not failures, refs.report(failures)
+
+
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_root_only_rejection_in_coalescing_block_fails_every_rank(worlds, ws):
+    results = worlds.run(ws, cases.coalescing_block_with_a_root_only_rejection, timeout=40)
+    failures = refs.errors_of(results, f"root-only rejection in a coalescing block, world {ws}")
+    for r, res in enumerate(results):
+        if refs.ERROR_KEY in res:
+            continue
+        got = res["outcome"]
+        if r == 0:
+            ok = got and got[0] == "ValueError" and "output tensor 0 has 3 elements" in got[1]
+            want = "the gather's ValueError naming the bad output tensor"
+        else:
+            ok = got and got[0] == "DistBackendError" and "rank 0 rejected its arguments" in got[1]
+            want = "a DistBackendError saying rank 0 rejected its arguments"
+        if not ok:
+            failures.append(f"rank {r}: expected {want}; got {got!r}")
+    assert not failures, refs.report(failures)
+
+
 @pytest.mark.parametrize("ws", (2, 3, 4), ids=_ids)
 def test_batch_isend_irecv_ring_exchange_is_one_work(worlds, ws):
     results = worlds.run(ws, cases.batch_ring_exchange, seed=SEED, counts=COUNTS)
