@@ -205,30 +205,32 @@ def test_coalescing_refuses_reductions_of_another_dtype(worlds, ws):
 
 
 @pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("raiser", ("ringx", "user"))
 @pytest.mark.parametrize("ws", (2, 3), ids=_ids)
-def test_call_raising_in_coalescing_block_submits_the_calls_before_it(worlds, ws):
-    results = worlds.run(ws, cases.coalescing_block_left_by_a_raising_call)
-    failures = refs.errors_of(results, f"coalescing block left by a raising call, world {ws}")
+def test_coalescing_block_left_by_an_exception_runs_its_calls_and_later_ones(worlds, ws, raiser):
+    results = worlds.run(ws, cases.coalescing_block_left_by_an_exception, raiser=raiser)
+    where = f"coalescing block left by an exception from {raiser} code, world {ws}"
+    failures = refs.errors_of(results, where)
+    want_error = (("ValueError", "share dtype and reduce op") if raiser == "ringx"
+                  else ("KeyError", "the block's own code failed"))
+    total = float(ws * (ws + 1) // 2)
     for r, res in enumerate(results):
         if refs.ERROR_KEY in res:
             continue
         err = res["error"]
-        if err is None or err[0] != "ValueError" or "share dtype and reduce op" not in err[1]:
-            failures.append(f"rank {r}: the int64 reduce should raise a ValueError saying "
-                            f"reductions must share dtype and reduce op; got {err!r}")
-        if "end" in res:
-            failures.append(f"rank {r}: _end_coalescing after the block raised: {res['end']}")
-        wants = [("later broadcast from the last rank", res["later_broadcast"],
+        if err is None or err[0] != want_error[0] or want_error[1] not in err[1]:
+            failures.append(f"rank {r}: {where}: expected {want_error[0]} saying "
+                            f"{want_error[1]!r} to leave the block; got {err!r}")
+        wants = [("the block's broadcast from rank 0", res["block_broadcast"],
+                  torch.full((4,), 1.0)),
+                 ("later broadcast from the last rank", res["later_broadcast"],
                   torch.full((5,), float(ws))),
-                 ("later all_reduce", res["later_all_reduce"],
-                  torch.full((2,), float(ws * (ws + 1) // 2))),
-                 ("the block's broadcast from rank 0", res["block_broadcast"],
-                  torch.full((4,), 1.0))]
+                 ("later all_reduce", res["later_all_reduce"], torch.full((2,), total))]
         if r == 0:
             wants.append(("the block's reduce to rank 0", res["block_reduce"],
-                          torch.full((3,), float(ws * (ws + 1) // 2))))
+                          torch.full((3,), total)))
         for what, got, want in wants:
-            msg = refs.compare(got, want, None, f"rank {r}: {what}", "float32")
+            msg = refs.compare(got, want, None, f"rank {r}: {where}: {what}", "float32")
             if msg:
                 failures.append(msg)
     assert not failures, refs.report(failures)
