@@ -1,22 +1,37 @@
 // startCoalescing / endCoalescing: the calls in between become one op.
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "torch/process_group_ringx.hpp"
 
 namespace ringx {
 
 void ProcessGroupRingx::startCoalescing() {
-  if (held_) {
-    // A block that raised before its end left calls behind: they never ran
-    // on this rank, so their Works fail rather than wait forever.
-    Error stale(ErrorKind::Aborted, "ringx: coalesced call (rank " + std::to_string(rank_) +
-                                        "): its coalescing block never ended (endCoalescing was not called)");
-    for (auto& h : *held_) {
-      h.work->markDone(&stale);
-      h.work->completeFuture(&stale);
-    }
-  }
+  // The previous block never ended (its body raised outside ringx, and
+  // torch's _coalescing_manager does not end a block left by an exception):
+  // its calls are submitted now, as they would have been at its end, since
+  // the ranks numbered them and dropping them would leave this rank out of
+  // step with its peers.
+  if (held_) submitHeldQuietly(std::exchange(held_, std::nullopt).value());
+  ended_.reset();
   held_.emplace();
+}
+
+void ProcessGroupRingx::endBlockEarly() {
+  if (!held_) return;
+  ended_ = submitHeldQuietly(std::exchange(held_, std::nullopt).value());
+}
+
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitHeldQuietly(std::vector<Held> held) {
+  try {
+    return submitHeld(std::move(held));
+  } catch (const std::exception&) {
+    // The group is shut down or poisoned: submitHeld failed every held
+    // call's Work with the reason, and the raising call's own error is the
+    // one the caller sees.
+    return {};
+  }
 }
 
 // Checked before the call is numbered or built: a call refused here leaves
@@ -42,12 +57,21 @@ void ProcessGroupRingx::hold(Call& call, c10::intrusive_ptr<WorkRingx> work, std
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::endCoalescing() {
-  if (!held_) {
-    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)},
-                          "ringx: endCoalescing (rank " + std::to_string(rank_) + "): no coalescing block is open");
+  const std::string where = "ringx: endCoalescing (rank " + std::to_string(rank_) + "): ";
+  if (ended_) {
+    auto work = std::exchange(ended_, std::nullopt).value();
+    if (!work) {
+      throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                  where + "a call that raised ended the block early, and the process group refused "
+                                          "the calls held before it (it was shut down or has failed)");
+    }
+    return work;
   }
-  std::vector<Held> held = std::move(*held_);
-  held_.reset();
+  if (!held_) throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, where + "no coalescing block is open");
+  return submitHeld(std::exchange(held_, std::nullopt).value());
+}
+
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitHeld(std::vector<Held> held) {
   std::vector<at::Tensor> outputs;
   for (const auto& h : held) {
     auto res = h.work->result();
@@ -88,6 +112,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::endCoalescing() {
     std::lock_guard<std::mutex> lock(submitMu_);
     comm_->submit(std::move(op));
   } catch (const Error& e) {
+    Error failed(e.kind(), e.what());
+    for (const auto& w : calls) {
+      w->markDone(&failed);
+      w->completeFuture(&failed);
+    }
+    work->markDone(&failed);
+    work->completeFuture(&failed);
     throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
   return work;

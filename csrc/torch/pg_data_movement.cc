@@ -18,6 +18,24 @@ void checkSameDtype(const CallContext& c, const at::Tensor& a, const at::Tensor&
   }
 }
 
+// gather's outputs and scatter's inputs: the root passes one list of a
+// tensor per rank, each like this rank's own tensor; the other ranks pass
+// none.
+void checkRootList(const CallContext& c, int64_t root, const std::vector<std::vector<at::Tensor>>& lists,
+                   const std::string& listName, const at::Tensor& own, const std::string& ownName) {
+  if (c.rank != root) {
+    if (!lists.empty() && !lists[0].empty()) {
+      throwValueError(c, "only the root (rank " + std::to_string(root) + ") takes an " + listName + " list");
+    }
+    return;
+  }
+  if (lists.size() != 1) throwValueError(c, "the root expects one " + listName + " list");
+  checkListLength(c, lists[0].size(), listName.c_str());
+  for (size_t i = 0; i < lists[0].size(); ++i) {
+    checkSameType(c, own, ownName, lists[0][i], listName + " tensor " + std::to_string(i));
+  }
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tensor>& tensors,
@@ -172,17 +190,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
   call.recorded = {in};
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
-  checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank), [&] {
-    if (isRoot) {
-      if (outputs.size() != 1) throwValueError(call.ctx, "the root expects one output list");
-      checkListLength(call.ctx, outputs[0].size(), "output");
-      for (size_t i = 0; i < outputs[0].size(); ++i) {
-        checkSameType(call.ctx, in, "the input", outputs[0][i], "output tensor " + std::to_string(i));
-      }
-    } else if (!outputs.empty() && !outputs[0].empty()) {
-      throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an output list");
-    }
-  });
+  checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank),
+                      [&] { checkRootList(call.ctx, opts.rootRank, outputs, "output", in, "the input"); });
   at::Tensor src = asParts(in).contiguous();
   at::Tensor flat = isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options()) : at::Tensor();
   CollArgs a = argsFor(call, Collective::Gather);
@@ -208,17 +217,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
   at::Tensor flat;
-  checkOnThisRankOnly(call, Collective::Scatter, int(opts.rootRank), [&] {
-    if (isRoot) {
-      if (inputs.size() != 1) throwValueError(call.ctx, "the root expects one input list");
-      checkListLength(call.ctx, inputs[0].size(), "input");
-      for (size_t i = 0; i < inputs[0].size(); ++i) {
-        checkSameType(call.ctx, out, "the output", inputs[0][i], "input tensor " + std::to_string(i));
-      }
-    } else if (!inputs.empty() && !inputs[0].empty()) {
-      throwValueError(call.ctx, "only the root (rank " + std::to_string(opts.rootRank) + ") takes an input list");
-    }
-  });
+  checkOnThisRankOnly(call, Collective::Scatter, int(opts.rootRank),
+                      [&] { checkRootList(call.ctx, opts.rootRank, inputs, "input", out, "the output"); });
   if (isRoot) {
     flat = flatCat(inputs[0]);
     call.recorded = inputs[0];

@@ -187,11 +187,13 @@ std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::millisecond
 
 ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType type,
                                                  std::chrono::milliseconds timeout) {
-  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_, op, {}};
+  return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_, op, {}, {}, SIZE_MAX,
+              held_ ? this : nullptr};
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
-  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}};
+  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}, {}, SIZE_MAX,
+              held_ ? this : nullptr};
 }
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
@@ -287,15 +289,17 @@ void ProcessGroupRingx::checkOnThisRankOnly(Call& call, Collective coll, int roo
                             "); the group is no longer usable, create a new one";
     // Wait for the notices to leave (the op then fails by design), so that a
     // caller who aborts the group right after the error does not cancel them.
+    // Inside a coalescing block they are held instead (no Work), and leave
+    // with the block's earlier calls as this exception ends it.
     try {
-      submitBuilt(
+      auto notice = submitBuilt(
           call,
           [&](uint64_t seq) {
             a.seq = seq;
             return buildRejection(a, why);
           },
-          {}, {}, nullptr)
-          ->wait();
+          {}, {}, nullptr);
+      if (notice) notice->wait();
     } catch (const c10::Error&) {
       // The expected failure, or the group was already shut down or aborted.
     }

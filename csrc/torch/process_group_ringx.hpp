@@ -38,6 +38,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -153,6 +154,13 @@ class ProcessGroupRingx : public c10d::Backend {
     std::optional<Reduction> reduction;
     // The payload, when known: a small one may run inline in submit.
     size_t bytes = SIZE_MAX;
+    // Set while a coalescing block is open: a call that raises then ends
+    // the block as its exception unwinds (endBlockEarly).
+    ProcessGroupRingx* coalescing = nullptr;
+    int uncaught = std::uncaught_exceptions();
+    ~Call() {
+      if (coalescing && std::uncaught_exceptions() > uncaught) coalescing->endBlockEarly();
+    }
   };
 
   // A call's schedule held back between startCoalescing and endCoalescing.
@@ -196,6 +204,19 @@ class ProcessGroupRingx : public c10d::Backend {
   void checkCoalescible(const Call& call) const;
   // Holds a call's op back for endCoalescing.
   void hold(Call& call, c10::intrusive_ptr<WorkRingx> work, std::unique_ptr<Op> op);
+  // A call raised inside an open coalescing block. torch's
+  // _coalescing_manager does not end a block that its body leaves by an
+  // exception, so nothing would ever submit the calls held so far: they are
+  // submitted now, as one op, as if the block had ended before the raising
+  // call (every rank that raised alike stays in step). Later calls run on
+  // their own; endCoalescing, if it still comes, returns that op's Work.
+  void endBlockEarly();
+  // The held calls as one op, submitted; its Work covers them all. If the
+  // group refuses it, their Works fail too and DistBackendError is thrown.
+  c10::intrusive_ptr<WorkRingx> submitHeld(std::vector<Held> held);
+  // submitHeld for a block nobody will wait on: a refusal (the group is shut
+  // down or poisoned) is already in the held Works, and gives no Work.
+  c10::intrusive_ptr<WorkRingx> submitHeldQuietly(std::vector<Held> held);
   // all_reduce(SUM) of a sparse COO tensor: the ranks' indices and values
   // gathered and coalesced, as gloo does.
   c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
@@ -222,6 +243,9 @@ class ProcessGroupRingx : public c10d::Backend {
   std::atomic<uint64_t> p2pSeq_{0};
   // Set between startCoalescing and endCoalescing: the calls held back.
   std::optional<std::vector<Held>> held_;
+  // The Work of a block that a raising call ended early, for endCoalescing
+  // (none if the group refused it).
+  std::optional<c10::intrusive_ptr<WorkRingx>> ended_;
 
   // torch calls split once per device type this backend serves (cpu and
   // cuda), with the same store: the second call gets the group the first

@@ -118,6 +118,9 @@ def _register():
 if _load_error is None:
     algorithms = _C.algorithms
     _register()
+    from . import _coalescing
+
+    _coalescing.install()
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

@@ -1,8 +1,10 @@
 // The UCX transport between threads of one process, each with its own worker.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "core/transport/ucx/ucx_transport.h"
 #include "test_support.h"
@@ -20,7 +22,68 @@ bool pumpUntil(Transport& t, const bool& flag, std::chrono::seconds bound = 20s)
   return flag;
 }
 
+// One rank's view of a shared store: reading one key takes `delay` longer (a
+// rank descheduled on a loaded host), and another key may read as a
+// different one.
+class SkewedStore : public Store {
+ public:
+  SkewedStore(Store& inner, std::string slowKey, std::chrono::milliseconds delay)
+      : inner_(inner), slowKey_(std::move(slowKey)), delay_(delay) {}
+  void redirect(std::string from, std::string to) { redirects_[std::move(from)] = std::move(to); }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_.set(key, value); }
+  std::vector<uint8_t> get(const std::string& key) override {
+    if (key == slowKey_) std::this_thread::sleep_for(delay_);
+    auto to = redirects_.find(key);
+    return inner_.get(to == redirects_.end() ? key : to->second);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_.add(key, delta); }
+
+ private:
+  Store& inner_;
+  std::string slowKey_;
+  std::chrono::milliseconds delay_;
+  std::map<std::string, std::string> redirects_;
+};
+
 }  // namespace
+
+TEST_CASE("ucx transport: a rank that destroys its transport at once does not break a slower peer's connect") {
+  MemoryStore store;
+  SkewedStore slowRank0(store, "ringx/ucx/addr/1", 300ms);
+  onEachRank(2, [&](int r) {
+    std::string error;
+    try {
+      auto t = makeUcxTransport(r == 0 ? slowRank0 : static_cast<Store&>(store), r, 2, {});
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    RANK_REQUIRE_SAYING(error, error.empty());
+  });
+}
+
+TEST_CASE("ucx transport: when one rank cannot connect, every rank fails at once and names it") {
+  MemoryStore store;
+  // A worker destroyed before anyone connected: its address is stale.
+  { auto gone = makeUcxTransport(store, 0, 1, {"", "stale"}); }
+  SkewedStore rank0(store, "", 0ms);
+  rank0.redirect("ringx/ucx/addr/2", "stale/addr/0");
+  std::vector<std::string> errors(3);
+  auto start = std::chrono::steady_clock::now();
+  onEachRank(3, [&](int r) {
+    try {
+      auto t = makeUcxTransport(r == 0 ? rank0 : static_cast<Store&>(store), r, 3, {});
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO("rank 0: " << errors[0] << "\nrank 1: " << errors[1] << "\nrank 2: " << errors[2]);
+  REQUIRE(errors[0].find("ringx: UCX ep_create to rank 2 failed: ") == 0);
+  for (size_t r : {1, 2}) {
+    REQUIRE(errors[r].find("ringx: rank 0 could not connect: UCX ep_create to rank 2 failed") == 0);
+  }
+  REQUIRE(took < 10s);  // the store's own timeout is 30 s
+}
 
 TEST_CASE("ucx transport delivers tagged messages of every size between two workers") {
   MemoryStore store;

@@ -212,7 +212,8 @@ def coalesced_with_device(seed, counts):
 def coalesced_mixed_reductions():
     """Inside dist._coalescing_manager(device=cpu): a float32 reduce, then an int64 one,
     which cannot share the float32 one's op. Returns the error of the second call, and
-    the float32 result once the block is closed."""
+    the float32 result once the block is left (ringx ends a block left by an exception,
+    and waits for it as a block that returns does)."""
     x = torch.full((3,), float(dist.get_rank() + 1))
     cpu = torch.device("cpu")
     out = {}
@@ -223,10 +224,64 @@ def coalesced_mixed_reductions():
         out["error"] = None
     except Exception as e:  # noqa: BLE001 - inspected by the parent
         out["error"] = (type(e).__name__, str(e))
-        group = dist.group.WORLD
-        dist.distributed_c10d._world.pg_coalesce_state.pop(group, None)
-        group._end_coalescing(cpu).wait()
     out["reduced"] = x
+    return out
+
+
+def coalescing_block_left_by_an_exception(raiser):
+    """Inside `with dist._coalescing_manager(device=cpu)`: a broadcast from rank 0 and a
+    float32 reduce to rank 0, then an exception leaves the block: from ringx when `raiser`
+    is "ringx" (an int64 reduce, which cannot join the float32 one), from the block's own
+    code when it is "user".  torch's manager would end neither block.  Outside the block:
+    a broadcast from the last rank and an all_reduce, which must run at once.
+
+    {"error": (type, text) that left the block, "block_broadcast", "block_reduce" (as
+     they are once the block is left), "later_broadcast", "later_all_reduce"}."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    cpu = torch.device("cpu")
+    a = torch.full((4,), float(rank + 1))
+    b = torch.full((3,), float(rank + 1))
+    out = {"error": None}
+    try:
+        with dist._coalescing_manager(device=cpu):
+            dist.broadcast(a, src=0)
+            dist.reduce(b, dst=0)
+            if raiser == "ringx":
+                dist.reduce(torch.ones(3, dtype=torch.int64), dst=0)
+            else:
+                raise KeyError("the block's own code failed")
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["error"] = (type(e).__name__, str(e))
+    out["block_broadcast"], out["block_reduce"] = a.clone(), b.clone()
+    c = torch.full((5,), float(rank + 1))
+    dist.broadcast(c, src=ws - 1)
+    d = torch.full((2,), float(rank + 1))
+    dist.all_reduce(d)
+    out["later_broadcast"], out["later_all_reduce"] = c, d
+    return out
+
+
+def coalescing_block_with_a_root_only_rejection():
+    """On a fresh group of every rank, inside `with dist._coalescing_manager(device=cpu)`:
+    a broadcast, then a gather whose root passes an output list of the wrong size (a
+    check only the root makes).  The root's gather raises; the other ranks, whose block
+    ends normally, must fail clearly too (told by the root), not hang, and no rank may
+    crash.  The group is unusable afterwards by design and is destroyed.
+
+    {"outcome": (type, text) of what the block raised, or None}."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    cpu = torch.device("cpu")
+    group = dist.new_group(list(range(ws)))
+    out = {"outcome": None}
+    try:
+        with dist._coalescing_manager(group=group, device=cpu):
+            dist.broadcast(torch.ones(3), src=0, group=group)
+            dist.gather(torch.ones(2), dst=0, group=group,
+                        gather_list=[torch.ones(3) for _ in range(ws)] if rank == 0 else None)
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["outcome"] = (type(e).__name__, str(e))
+    dist.distributed_c10d._world.pg_coalesce_state.pop(group, None)
+    dist.destroy_process_group(group)
     return out
 
 

@@ -194,6 +194,35 @@ def destroy_and_recreate(rounds):
     return res.get("destroy", res)
 
 
+def built_then_destroyed_at_once(rounds):
+    """`rounds` times: every rank builds a group of all ranks and destroys it as soon as
+    new_group returns, as a rank that has nothing to do in a group does (the rank that
+    skips a monitored_barrier).  A rank that returns first must not tear its side down
+    while a slower peer still connects to it.  After each round the ranks agree over the
+    default group whether any creation failed, and stop together.
+
+    {"failed": [round, error text] or None, "rounds": rounds done, "world": sum}.
+    """
+    out = {"failed": None, "rounds": 0}
+    for i in range(rounds):
+        err = None
+        try:
+            g = dist.new_group(list(range(dist.get_world_size())))
+            dist.destroy_process_group(g)
+        except Exception as e:  # noqa: BLE001 - inspected by the parent
+            err = f"{type(e).__name__}: {e}"
+            out["failed"] = [i, err]
+        flag = torch.tensor([0.0 if err is None else 1.0])
+        dist.all_reduce(flag)
+        out["rounds"] = i + 1
+        if flag.item():
+            break
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    out["world"] = float(t.item())
+    return out
+
+
 def pg_split_group(seed, color_of_rank):
     """ProcessGroup.split_group (the C++ split that dist.split_group calls after its
     accelerator checks): each rank passes the ranks of its colour.  Then all_reduce and

@@ -204,6 +204,58 @@ def test_coalescing_refuses_reductions_of_another_dtype(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("raiser", ("ringx", "user"))
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_coalescing_block_left_by_an_exception_runs_its_calls_and_later_ones(worlds, ws, raiser):
+    results = worlds.run(ws, cases.coalescing_block_left_by_an_exception, raiser=raiser)
+    where = f"coalescing block left by an exception from {raiser} code, world {ws}"
+    failures = refs.errors_of(results, where)
+    want_error = (("ValueError", "share dtype and reduce op") if raiser == "ringx"
+                  else ("KeyError", "the block's own code failed"))
+    total = float(ws * (ws + 1) // 2)
+    for r, res in enumerate(results):
+        if refs.ERROR_KEY in res:
+            continue
+        err = res["error"]
+        if err is None or err[0] != want_error[0] or want_error[1] not in err[1]:
+            failures.append(f"rank {r}: {where}: expected {want_error[0]} saying "
+                            f"{want_error[1]!r} to leave the block; got {err!r}")
+        wants = [("the block's broadcast from rank 0", res["block_broadcast"],
+                  torch.full((4,), 1.0)),
+                 ("later broadcast from the last rank", res["later_broadcast"],
+                  torch.full((5,), float(ws))),
+                 ("later all_reduce", res["later_all_reduce"], torch.full((2,), total))]
+        if r == 0:
+            wants.append(("the block's reduce to rank 0", res["block_reduce"],
+                          torch.full((3,), total)))
+        for what, got, want in wants:
+            msg = refs.compare(got, want, None, f"rank {r}: {where}: {what}", "float32")
+            if msg:
+                failures.append(msg)
+    assert not failures, refs.report(failures)
+
+
+@pytest.mark.skipif(harness.BACKEND == "gloo", reason="gloo does not implement startCoalescing")
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_root_only_rejection_in_coalescing_block_fails_every_rank(worlds, ws):
+    results = worlds.run(ws, cases.coalescing_block_with_a_root_only_rejection, timeout=40)
+    failures = refs.errors_of(results, f"root-only rejection in a coalescing block, world {ws}")
+    for r, res in enumerate(results):
+        if refs.ERROR_KEY in res:
+            continue
+        got = res["outcome"]
+        if r == 0:
+            ok = got and got[0] == "ValueError" and "output tensor 0 has 3 elements" in got[1]
+            want = "the gather's ValueError naming the bad output tensor"
+        else:
+            ok = got and got[0] == "DistBackendError" and "rank 0 rejected its arguments" in got[1]
+            want = "a DistBackendError saying rank 0 rejected its arguments"
+        if not ok:
+            failures.append(f"rank {r}: expected {want}; got {got!r}")
+    assert not failures, refs.report(failures)
+
+
 @pytest.mark.parametrize("ws", (2, 3, 4), ids=_ids)
 def test_batch_isend_irecv_ring_exchange_is_one_work(worlds, ws):
     results = worlds.run(ws, cases.batch_ring_exchange, seed=SEED, counts=COUNTS)

@@ -126,6 +126,25 @@ def test_destroy_process_group_of_subgroup(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.parametrize("ws", (2, 3), ids=lambda w: f"ws{w}")
+def test_group_destroyed_by_a_peer_as_soon_as_built(worlds, ws):
+    rounds = 30
+    results = worlds.run(ws, cases.built_then_destroyed_at_once, rounds=rounds)
+    failures = refs.errors_of(results, f"new_group then destroy at once, world {ws}")
+    for r, res in enumerate(results):
+        if refs.ERROR_KEY in res:
+            continue
+        if res["failed"]:
+            i, text = res["failed"]
+            failures.append(f"rank {r}: round {i}: new_group failed: {text}")
+        elif res["rounds"] != rounds:
+            failures.append(f"rank {r}: stopped after {res['rounds']} of {rounds} rounds "
+                            f"(another rank's new_group failed)")
+        if res["world"] != float(ws):
+            failures.append(f"rank {r}: default group afterwards gave {res['world']}")
+    assert not failures, refs.report(failures)
+
+
 SPLITS = {
     2: [0, 1],
     3: [0, 0, 1],

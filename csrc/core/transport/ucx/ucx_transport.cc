@@ -47,10 +47,10 @@ struct PeerCard {
     PeerCard c;
     uint32_t len = 0;
     int32_t p = 0;
-    if (in.size() < sizeof(len)) throw Error(ErrorKind::Internal, "ringx: malformed peer address in the store");
+    if (in.size() < sizeof(len)) throw Error(ErrorKind::Internal, "malformed peer address in the store");
     std::memcpy(&len, in.data(), sizeof(len));
     if (in.size() < sizeof(len) + len + sizeof(p)) {
-      throw Error(ErrorKind::Internal, "ringx: malformed peer address in the store");
+      throw Error(ErrorKind::Internal, "malformed peer address in the store");
     }
     c.host.assign(reinterpret_cast<const char*>(in.data()) + sizeof(len), len);
     std::memcpy(&p, in.data() + sizeof(len) + len, sizeof(p));
@@ -116,31 +116,26 @@ class UcxTransport final : public Transport {
                   std::vector<uint8_t>(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addrLen)};
     ucp_worker_release_address(worker_, addr);
     store.set(opts.keyPrefix + "/addr/" + std::to_string(rank_), mine.encode());
+    mine_ = std::move(mine);
 
     eps_.assign(size_, nullptr);
     failed_.assign(size_, false);
     peerMode_.assign(size_, true);
     localPid_.assign(size_, 0);
     peerArgs_.resize(size_);
-    for (int p = 0; p < size_; ++p) {
-      PeerCard theirs = p == rank_ ? mine : PeerCard::decode(store.get(opts.keyPrefix + "/addr/" + std::to_string(p)));
-      // Peers on this host talk over shared memory, which UCX offers only
-      // without peer-failure handling; their liveness is checked by pid
-      // instead (checkPeers). Other hosts keep UCX's own detection.
-      if (theirs.host == mine.host) {
-        peerMode_[p] = false;
-        localPid_[p] = theirs.pid;
-      }
-      peerArgs_[p] = {this, p};
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.address.data());
-      ep.err_mode = peerMode_[p] ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-      ep.err_handler.cb = &UcxTransport::onEpError;
-      ep.err_handler.arg = &peerArgs_[p];
-      check(ucp_ep_create(worker_, &ep, &eps_[p]), "ep_create");
+  }
+
+  // Outside the constructor so that a failure is cleaned up by the
+  // destructor (endpoints made so far, worker, context).
+  void connect(Store& store, const std::string& keyPrefix) {
+    std::string failure;
+    try {
+      connectEndpoints(store, keyPrefix);
+    } catch (const Error& e) {
+      failure = e.what();
     }
+    waitUntilAllConnected(store, keyPrefix, failure);
+    if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
   }
 
   ~UcxTransport() override {
@@ -151,6 +146,24 @@ class UcxTransport final : public Transport {
       if (pending->request) requests.push_back(pending->request);
     }
     for (void* req : requests) ucp_request_cancel(worker_, req);
+    // Sends that completed locally may still be on their way (eager
+    // messages): flush every live endpoint first, for a bounded time, so that
+    // a rank leaving right after its last collective does not take the
+    // messages its peers still need with it.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    std::vector<void*> flushing;
+    for (int p = 0; p < size_; ++p) {
+      if (!eps_[p] || failed_[p]) continue;
+      ucp_request_param_t param{};
+      void* req = ucp_ep_flush_nbx(eps_[p], &param);
+      if (UCS_PTR_IS_PTR(req)) flushing.push_back(req);
+    }
+    for (void* req : flushing) {
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+    }
     // Force-closing needs peer-failure mode; shared-memory endpoints are
     // flushed instead, for a bounded time in case the peer is gone.
     std::vector<void*> closing;
@@ -162,7 +175,7 @@ class UcxTransport final : public Transport {
       void* req = ucp_ep_close_nbx(eps_[p], &param);
       if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
     }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (void* req : closing) {
       while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
         ucp_worker_progress(worker_);
@@ -276,6 +289,61 @@ class UcxTransport final : public Transport {
     UcxTransport* self;
     int peer;
   };
+
+  void connectEndpoints(Store& store, const std::string& keyPrefix) {
+    for (int p = 0; p < size_; ++p) {
+      PeerCard theirs = p == rank_ ? mine_ : PeerCard::decode(store.get(keyPrefix + "/addr/" + std::to_string(p)));
+      // Peers on this host talk over shared memory, which UCX offers only
+      // without peer-failure handling; their liveness is checked by pid
+      // instead (checkPeers). Other hosts keep UCX's own detection.
+      if (theirs.host == mine_.host) {
+        peerMode_[p] = false;
+        localPid_[p] = theirs.pid;
+      }
+      peerArgs_[p] = {this, p};
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.address.data());
+      ep.err_mode = peerMode_[p] ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      ep.err_handler.cb = &UcxTransport::onEpError;
+      ep.err_handler.arg = &peerArgs_[p];
+      ucs_status_t epStatus = ucp_ep_create(worker_, &ep, &eps_[p]);
+      if (epStatus != UCS_OK) throw connectError(p, epStatus);
+    }
+  }
+
+  // A shared-memory endpoint attaches to the peer's segment when it is
+  // created, so a peer must keep its worker until every rank has connected:
+  // a rank that returned first and destroyed its group at once (it had
+  // nothing to do in it) removed the segment under a slower peer, whose
+  // ep_create then failed with "Shared memory error". No rank leaves the
+  // constructor, and so none can destroy its worker, before all have
+  // connected. The wait is the store's, bounded by its timeout. A rank that
+  // failed to connect still arrives, with its reason, so that every rank
+  // fails at once and names it instead of waiting out the store.
+  void waitUntilAllConnected(Store& store, const std::string& keyPrefix, const std::string& failure) {
+    if (!failure.empty() && store.add(keyPrefix + "/connect-failures", 1) == 1) {
+      const std::string told = "rank " + std::to_string(rank_) + " could not connect: " + failure;
+      store.set(keyPrefix + "/connect-failure", std::vector<uint8_t>(told.begin(), told.end()));
+    }
+    if (size_ > 1) {
+      if (store.add(keyPrefix + "/connected", 1) == size_) store.set(keyPrefix + "/all-connected", {1});
+      store.get(keyPrefix + "/all-connected");
+    }
+    if (failure.empty() && store.add(keyPrefix + "/connect-failures", 0) > 0) {
+      std::vector<uint8_t> told = store.get(keyPrefix + "/connect-failure");
+      throw Error(ErrorKind::Internal, "ringx: " + std::string(told.begin(), told.end()));
+    }
+  }
+
+  Error connectError(int peer, ucs_status_t st) const {
+    std::string why = "UCX ep_create to rank " + std::to_string(peer) + " failed: " + ucs_status_string(st);
+    if (localPid_[peer] > 0 && !processAlive(localPid_[peer])) {
+      why += " (its process, pid " + std::to_string(localPid_[peer]) + " on this host, has exited)";
+    }
+    return Error(ErrorKind::Internal, why);
+  }
 
   static TransferResult closedResult(int peer) {
     TransferResult r;
@@ -421,6 +489,7 @@ class UcxTransport final : public Transport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  PeerCard mine_;
   std::vector<ucp_ep_h> eps_;
   std::vector<bool> failed_;
   std::vector<bool> peerMode_;
@@ -433,7 +502,9 @@ class UcxTransport final : public Transport {
 };
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
-  return std::make_unique<UcxTransport>(store, rank, size, opts);
+  auto transport = std::make_unique<UcxTransport>(store, rank, size, opts);
+  transport->connect(store, opts.keyPrefix);
+  return transport;
 }
 
 }  // namespace ringx
