@@ -70,7 +70,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test demo bench bench-ddp clean distclean test-faults
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test demo testbed bench bench-ddp clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -81,6 +81,7 @@ help:
 	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
 	@echo "make torch-compat  build and test against torch $(TORCH2) too; a wheel beside the other torch"
 	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
+	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
 
 # (internal) Debian packages, installed only when missing.
@@ -222,6 +223,12 @@ test: sysdeps venv build
 
 demo: sysdeps venv build
 	$(VENV)/bin/torchrun --standalone --nproc-per-node 4 examples/ddp_train.py $(DEMO_ARGS)
+
+# The DDP example on a multi-host test bed (tools/testbed.py): TESTBED_ARGS sets
+# hosts, ranks per host and the link rate; needs root.
+TESTBED_ARGS ?= --hosts 2 --ranks-per-host 2 --rate 1gbit
+testbed: sysdeps venv build
+	$(VPY) tools/testbed.py $(TESTBED_ARGS) -- examples/ddp_train.py $(DEMO_ARGS)
 
 bench: sysdeps venv build
 	$(VPY) benchmarks/collectives.py --plot $(BENCH_ARGS)

@@ -24,7 +24,11 @@ std::string rankList(const std::vector<int>& ranks) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (!out.empty()) out += ", ";
-    out += std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    out += std::to_string(ranks[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(ranks[j]);
+    }
     i = j + 1;
   }
   return out;
@@ -51,7 +55,12 @@ std::vector<int> Topology::ranksOn(int host) const {
 std::string Topology::describe() const {
   const int h = hosts();
   std::string out = std::to_string(h) + (h == 1 ? " host: " : " hosts: ");
-  for (int i = 0; i < h; ++i) out += (i ? "; host " : "host ") + std::to_string(i) + " = ranks " + rankList(ranksOn(i));
+  for (int i = 0; i < h; ++i) {
+    out += i ? "; host " : "host ";
+    out += std::to_string(i);
+    out += " = ranks ";
+    out += rankList(ranksOn(i));
+  }
   return out;
 }
 

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/topology.h"
+
 namespace ringx {
 
 namespace {
@@ -65,14 +67,6 @@ std::string readFirstLine(const char* path) {
   std::string line;
   std::getline(f, line);
   return line;
-}
-
-// Two ranks share memory and pids only on one kernel boot and in one pid
-// namespace; hostnames alone would also match across containers.
-std::string hostIdentity() {
-  char pidns[64] = {0};
-  ssize_t n = ::readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
-  return readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + (n > 0 ? std::string(pidns, size_t(n)) : "");
 }
 
 // Dead, or a zombie nobody has reaped yet.
