@@ -46,6 +46,7 @@
 #include "core/algorithms/coll_args.h"
 #include "core/engine/communicator.h"
 #include "core/select/select.h"
+#include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
@@ -206,6 +207,7 @@ class ProcessGroupRingx : public c10d::Backend {
 
   // Declared before comm_ so that it outlives the progress thread.
   std::unique_ptr<ShmArea> shm_;
+  std::unique_ptr<Cma> cma_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::mutex submitMu_;

@@ -9,6 +9,7 @@
 
 #include "core/algorithms/registry.h"
 #include "core/common/error.h"
+#include "core/transport/shm/shm_area.h"
 
 namespace ringx {
 
@@ -57,6 +58,21 @@ Schedule buildRejection(const CollArgs& a, const std::string& why) {
   std::vector<StepId> sent;
   for (int q = 0; q < a.size; ++q) {
     if (q != a.rank) sent.push_back(s.send(q, collTag(a.seq, kIdentityTagIndex), out, sizeof(id)));
+  }
+  // Where gather and scatter run single-copy (the cost model takes it at
+  // every size for them), the other ranks wait in shared memory, not for a
+  // message: publish the rejection in the chunk they wait on.
+  if (a.shm && a.cma && (a.coll == Collective::Gather || a.coll == Collective::Scatter)) {
+    ShmArea* shm = a.shm;
+    const uint64_t chunk = shm->reserveChunks(1);
+    sent.push_back(s.poll(
+        [=] {
+          if (shm->chunksDone().load(std::memory_order_acquire) + 1 < chunk || !shm->slotFree(chunk)) return false;
+          shm->header(shm->rank(), int(chunk % 2)) = id;
+          shm->counter(shm->rank()).store(2 * chunk - 1, std::memory_order_release);
+          return true;
+        },
+        [=] { return shm->holdingSlot(chunk); }));
   }
   const StepId fail = s.poll([why]() -> bool { throw Error(ErrorKind::InvalidArgument, why); }, nullptr);
   for (StepId st : sent) s.addDependency(st, fail);

@@ -9,6 +9,7 @@ namespace {
 bool always(const CollArgs&) { return true; }
 bool sharedMemory(const CollArgs& a) { return a.shm != nullptr; }
 bool sharedMemoryEvenBlocks(const CollArgs& a) { return a.shm != nullptr && a.evenSplits; }
+bool singleCopy(const CollArgs& a) { return a.shm != nullptr && a.cma != nullptr; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,
@@ -30,11 +31,17 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::Broadcast,
               "the root copies slot-sized chunks into shared memory, the others copy them out, pipelined",
               "all ranks on one host", &sharedMemory, &buildBroadcastShm},
+    Algorithm{"cma", Collective::Broadcast,
+              "every other rank reads the root's buffer straight out of its memory (process_vm_readv): one copy",
+              "all ranks on one host, able to read each other's memory", &singleCopy, &buildBroadcastCma},
     Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",
               &always, &buildAllGatherRing},
     Algorithm{"shm", Collective::AllGather,
               "each rank copies its block into shared memory and every rank copies all blocks out, chunk by chunk",
               "all ranks on one host", &sharedMemory, &buildAllGatherShm},
+    Algorithm{"cma", Collective::AllGather,
+              "every rank reads every peer's block straight out of its memory (process_vm_readv): one copy",
+              "all ranks on one host, able to read each other's memory", &singleCopy, &buildAllGatherCma},
     Algorithm{"binomial", Collective::Reduce, "pipelined binomial tree towards the root, reducing at each level",
               "any root", &always, &buildReduceBinomial},
     Algorithm{"ring", Collective::ReduceScatter, "partial sums travel around a ring, pipelined in segments",
@@ -48,10 +55,20 @@ constexpr std::array kAlgorithms{
               "each rank copies its blocks into shared memory and every rank copies out the ones addressed to it",
               "all ranks on one host, all_to_all_single without split sizes", &sharedMemoryEvenBlocks,
               &buildAllToAllShm},
+    Algorithm{"cma", Collective::AllToAll,
+              "every rank reads its block straight out of each peer's input (process_vm_readv): one copy",
+              "all ranks on one host, able to read each other's memory; any split sizes", &singleCopy,
+              &buildAllToAllCma},
     Algorithm{"binomial", Collective::Gather, "subtrees gather into contiguous runs on the way up a binomial tree",
               "any root", &always, &buildGatherBinomial},
+    Algorithm{"cma", Collective::Gather,
+              "the root reads every rank's block straight out of its memory (process_vm_readv): one copy",
+              "all ranks on one host, able to read each other's memory", &singleCopy, &buildGatherCma},
     Algorithm{"binomial", Collective::Scatter, "subtree runs split off on the way down a binomial tree", "any root",
               &always, &buildScatterBinomial},
+    Algorithm{"cma", Collective::Scatter,
+              "every rank reads its block straight out of the root's input (process_vm_readv): one copy",
+              "all ranks on one host, able to read each other's memory", &singleCopy, &buildScatterCma},
     Algorithm{"dissemination", Collective::Barrier, "ceil(log2 n) rounds of zero-byte messages to rank r+2^k",
               "any world size", &always, &buildBarrierDissemination},
 };

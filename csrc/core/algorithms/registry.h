@@ -42,5 +42,10 @@ Schedule buildAllToAllPairwise(const CollArgs& a);
 Schedule buildGatherBinomial(const CollArgs& a);
 Schedule buildScatterBinomial(const CollArgs& a);
 Schedule buildBarrierDissemination(const CollArgs& a);
+Schedule buildAllGatherCma(const CollArgs& a);
+Schedule buildAllToAllCma(const CollArgs& a);
+Schedule buildBroadcastCma(const CollArgs& a);
+Schedule buildGatherCma(const CollArgs& a);
+Schedule buildScatterCma(const CollArgs& a);
 
 }  // namespace ringx

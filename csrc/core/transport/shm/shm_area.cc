@@ -24,6 +24,9 @@ constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
 static_assert(kHeadersOffset + 2 * sizeof(ShmArea::SlotHeader) <= kReleasedOffset);
+// The op records, clear of the lines above.
+constexpr size_t kOpRecordsOffset = 1024;
+static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);
@@ -106,6 +109,10 @@ ShmArea::~ShmArea() {
   for (void* m : maps_) {
     if (m) ::munmap(m, mapBytes_);
   }
+}
+
+std::byte* ShmArea::opRecord(int rank, int which) const {
+  return static_cast<std::byte*>(maps_[rank]) + kOpRecordsOffset + size_t(which) * kOpRecordBytes;
 }
 
 bool ShmArea::allReached(uint64_t value) const {

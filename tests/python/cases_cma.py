@@ -1,0 +1,58 @@
+"""Per-rank bodies of test_cma.py: calls whose ranks disagree under the single-copy
+algorithms.  Each runs on a group of its own, destroyed afterwards, so the poisoned
+group does not outlive the case."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _outcome(fn):
+    """("ok", result), or ("error", type name, message, seconds)."""
+    start = time.time()
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - the case reports whatever was raised
+        return ("error", type(e).__name__, str(e), time.time() - start)
+
+
+def _run_on_fresh_group(timeout_s, call):
+    g = dist.new_group(timeout=datetime.timedelta(seconds=timeout_s))
+    dist.barrier()
+    out = _outcome(lambda: call(g))
+    dist.barrier()
+    dist.destroy_process_group(g)
+    return out
+
+
+def all_gather_sizes_differ(timeout_s, base):
+    """Rank r all_gathers base + r elements: every rank must fail, none may return data."""
+    r, n = dist.get_rank(), dist.get_world_size()
+
+    def call(g):
+        x = torch.full((base + r,), float(r))
+        out = torch.full((n * (base + r),), -1.0)
+        dist.all_gather_into_tensor(out, x, group=g)
+        return out
+
+    return _run_on_fresh_group(timeout_s, call)
+
+
+def all_to_all_splits_disagree(timeout_s, scale):
+    """Rank 0 sends rank 1 scale + 1 elements, rank 1 expects scale; the other pairs agree."""
+    r, n = dist.get_rank(), dist.get_world_size()
+
+    def call(g):
+        sends = [scale + (1 if (r == 0 and q == 1) else 0) for q in range(n)]
+        recvs = [scale for _ in range(n)]
+        recvs[r] = sends[r]
+        inp = torch.full((sum(sends),), float(r))
+        out = torch.full((sum(recvs),), -1.0)
+        dist.all_to_all_single(out, inp, recvs, sends, group=g)
+        return out
+
+    return _run_on_fresh_group(timeout_s, call)
