@@ -56,3 +56,27 @@ def all_to_all_splits_disagree(timeout_s, scale):
         return out
 
     return _run_on_fresh_group(timeout_s, call)
+
+
+def gather_scatter_views(count):
+    """gather into, and scatter from, rows of one tensor (unbind views, back to back), also
+    with the root's own row as the gather input (in place). Returns per root:
+    (gathered rows or None, in-place gathered rows or None, scattered row, root's rows after)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for root in range(n):
+        mine = torch.arange(count, dtype=torch.float32) + 1000.0 * r + 100000.0 * root
+        rows = list(torch.full((n, count), -1.0).unbind(0)) if r == root else None
+        dist.gather(mine, rows, dst=root)
+        own = torch.full((n, count), -1.0)
+        own_rows = list(own.unbind(0)) if r == root else None
+        src = own_rows[r] if r == root else mine.clone()
+        if r == root:
+            src.copy_(mine)
+        dist.gather(src, own_rows, dst=root)
+        sent = torch.arange(n * count, dtype=torch.float32).view(n, count) + 7.0 * root
+        got = torch.full((count,), -1.0)
+        dist.scatter(got, list(sent.unbind(0)) if r == root else None, src=root)
+        out[root] = (torch.stack(rows) if rows else None, own if r == root else None, got,
+                     sent if r == root else None)
+    return out

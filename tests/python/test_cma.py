@@ -19,6 +19,7 @@ import re
 import sys
 
 import pytest
+import torch
 
 import cases_cma
 import harness
@@ -166,3 +167,28 @@ def test_cma_forced_on_between_unreadable_peers_fails_group_creation():
         assert not rec["ok"] and rec["type"] == "ValueError", out.report()
         assert rec["msg"].startswith(f"ringx: creating the process group (rank {r}): RINGX_CMA=1"), rec["msg"]
         assert "Operation not permitted" in rec["msg"], rec["msg"]
+
+
+def _check_views(results, ws, count):
+    for root in range(ws):
+        want_rows = torch.stack([torch.arange(count, dtype=torch.float32) + 1000.0 * q + 100000.0 * root
+                                 for q in range(ws)])
+        sent = torch.arange(ws * count, dtype=torch.float32).view(ws, count) + 7.0 * root
+        for r in range(ws):
+            gathered, in_place, got, sent_after = results[r][root]
+            assert torch.equal(got, sent[r]), f"rank {r} root {root}: scatter from row views"
+            if r == root:
+                assert torch.equal(gathered, want_rows), f"root {root}: gather into row views"
+                assert torch.equal(in_place, want_rows), f"root {root}: gather into views, own row as input"
+                assert torch.equal(sent_after, sent), f"root {root}: scatter modified its rows"
+
+
+@pytest.mark.parametrize("count", (1, 1000, 300_001))
+def test_gather_and_scatter_use_row_views_directly(worlds, count):
+    _check_views(worlds.run(3, cases_cma.gather_scatter_views, count=count), 3, count)
+
+
+def test_forced_single_copy_gather_and_scatter_use_row_views_directly():
+    with harness.World(4, env={"RINGX_ALGO": "cma"}) as world:
+        for count in (1, 1000, 300_001):
+            _check_views(world.run(cases_cma.gather_scatter_views, count=count), 4, count)
