@@ -25,23 +25,26 @@ Schedule buildBroadcastCma(const CollArgs& a) {
   auto* buf = static_cast<std::byte*>(a.buf);
   auto pieceStart = [=](int j) { return count * size_t(j) / size_t(n) * es; };
   const CmaRecord mine{reinterpret_cast<uint64_t>(buf), a.bytes(), 0};
-  addCmaExchange(s, a.shm, a.cma, cmaIdentity(a, &buildBroadcastCma), mine, [=](CmaExchange& x) {
-    if (r == root) {
-      for (int j = 1; j < n; ++j) {
-        const int q = (root + j) % n;
-        x.addWrite(q, x.record(q).addr + pieceStart(j), buf + pieceStart(j),
-                   pieceStart(j + 1) - pieceStart(j));
-      }
-      return;
-    }
-    const int me = (r - root + n) % n;
-    for (int k = 0; k < n; ++k) {
-      const int j = (me + 1 + k) % n;
-      if (j != me)
-        x.addRead(root, x.record(root).addr + pieceStart(j), buf + pieceStart(j),
-                  pieceStart(j + 1) - pieceStart(j));
-    }
-  });
+  addCmaExchange(
+      s, a.shm, a.cma, cmaIdentity(a, &buildBroadcastCma), mine,
+      [=](CmaExchange& x) {
+        if (r == root) {
+          for (int j = 1; j < n; ++j) {
+            const int q = (root + j) % n;
+            x.addWrite(q, x.record(q).addr + pieceStart(j), buf + pieceStart(j),
+                       pieceStart(j + 1) - pieceStart(j));
+          }
+          return;
+        }
+        const int me = (r - root + n) % n;
+        for (int k = 0; k < n; ++k) {
+          const int j = (me + 1 + k) % n;
+          if (j != me)
+            x.addRead(root, x.record(root).addr + pieceStart(j), buf + pieceStart(j),
+                      pieceStart(j + 1) - pieceStart(j));
+        }
+      },
+      kNoStep, root);
   return s;
 }
 

@@ -18,7 +18,7 @@ constexpr auto kAliveCheckEvery = std::chrono::milliseconds(100);
 }  // namespace
 
 CmaExchange::CmaExchange(ShmArea* shm, const Cma* cma, uint64_t id, const CollIdentity& mine,
-                         CmaRecord published)
+                         CmaRecord published, int root)
     : shm_(shm),
       cma_(cma),
       id_(id),
@@ -26,7 +26,11 @@ CmaExchange::CmaExchange(ShmArea* shm, const Cma* cma, uint64_t id, const CollId
       mine_(mine),
       published_(published),
       records_(size_t(shm->size())),
-      dead_(size_t(shm->size()), false) {}
+      dead_(size_t(shm->size()), false) {
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank() && (root < 0 || rank() == root || p == root)) peers_.push_back(p);
+  }
+}
 
 bool CmaExchange::publish() {
   if (shm_->chunksDone().load(std::memory_order_acquire) + 1 < id_ || !shm_->slotFree(id_))
@@ -41,7 +45,7 @@ bool CmaExchange::publish() {
 
 std::vector<int> CmaExchange::matchWaitsFor() const {
   std::vector<int> ranks;
-  for (int p = 0; p < size(); ++p) {
+  for (int p : peers_) {
     if (!dead_[size_t(p)] && shm_->counter(p).load(std::memory_order_acquire) < 2 * id_ - 1)
       ranks.push_back(p);
   }
@@ -54,10 +58,19 @@ bool CmaExchange::match() {
     checkAlive(behind);
     return failure_.has_value();
   }
-  for (int p = 0; p < size() && !failure_; ++p) {
-    if (p == rank() || dead_[size_t(p)]) continue;
-    const CollIdentity theirs = shm_->header(p, which_);
-    if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)));
+  // A peer that failed in this same call is reported after this rank's own
+  // checks, which say more about what disagrees.
+  std::optional<int> failedPeer;
+  for (int p : peers_) {
+    if (failure_) break;
+    if (dead_[size_t(p)]) continue;
+    CollIdentity theirs = shm_->header(p, which_);
+    if (failedSameCall(theirs)) {
+      if (!failedPeer) failedPeer = p;
+    } else {
+      theirs.flags &= uint8_t(~kFailedAfterPublishing);
+      if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)));
+    }
     std::memcpy(&records_[size_t(p)], shm_->opRecord(p, which_), sizeof(CmaRecord));
   }
   records_[size_t(rank())] = published_;
@@ -68,6 +81,7 @@ bool CmaExchange::match() {
       fail(e);
     }
   }
+  if (failedPeer) fail(peerFailed(*failedPeer));
   return true;
 }
 
@@ -107,6 +121,9 @@ bool CmaExchange::transfer() {
     }
   }
   if (!failure_ && next_ < transfers_.size()) return false;
+  // Peers that copy into this rank's buffer, or whose result this rank's
+  // share completes, must not take it for whole.
+  if (failure_) shm_->header(rank(), which_).flags |= kFailedAfterPublishing;
   shm_->counter(rank()).store(2 * id_, std::memory_order_release);
   nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
   return true;
@@ -124,7 +141,7 @@ bool CmaExchange::doneWith(int p) const {
 
 std::vector<int> CmaExchange::finishWaitsFor() const {
   std::vector<int> ranks;
-  for (int p = 0; p < size(); ++p) {
+  for (int p : peers_) {
     if (!doneWith(p)) ranks.push_back(p);
   }
   return ranks;
@@ -135,6 +152,9 @@ bool CmaExchange::finish() {
   if (!waiting.empty()) {
     checkAlive(waiting);
     if (!finishWaitsFor().empty()) return false;
+  }
+  for (int p : peers_) {
+    if (!dead_[size_t(p)] && failedSameCall(shm_->header(p, which_))) fail(peerFailed(p));
   }
   if (failure_) throw *failure_;
   shm_->finishChunk(id_);
@@ -154,13 +174,26 @@ void CmaExchange::checkAlive(const std::vector<int>& ranks) {
   }
 }
 
+bool CmaExchange::failedSameCall(const CollIdentity& theirs) const {
+  CollIdentity unflagged = theirs;
+  unflagged.flags &= uint8_t(~kFailedAfterPublishing);
+  return (theirs.flags & kFailedAfterPublishing) && unflagged == mine_;
+}
+
+Error CmaExchange::peerFailed(int p) const {
+  return Error(ErrorKind::InvalidArgument,
+               "rank " + std::to_string(p) + " failed in this " + describe(mine_) +
+                   " (its own error says why), so this rank's result is not complete; the group "
+                   "is no longer usable, create a new one");
+}
+
 void CmaExchange::fail(const Error& e) {
   if (!failure_) failure_ = e;
 }
 
 StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdentity& mine,
-                      CmaRecord published, CmaExchange::Plan plan, StepId after) {
-  auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published);
+                      CmaRecord published, CmaExchange::Plan plan, StepId after, int root) {
+  auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published, root);
   x->setPlan(std::move(plan));
   StepId step = s.poll([x] { return x->publish(); }, [x] { return x->publishWaitsFor(); }, {after});
   step = s.poll([x] { return x->match(); }, [x] { return x->matchWaitsFor(); }, {step});

@@ -9,9 +9,11 @@
 //   1. publish: once this rank's previous chunk is done and the header slot
 //      of parity id % 2 is free, write the op's identity into the header and
 //      the buffer's address into the op record; counter := 2 id - 1.
-//   2. match: once every counter >= 2 id - 1, compare every rank's header
+//   2. match: once every peer's counter >= 2 id - 1, compare its header
 //      with this rank's; then the collective's plan (given the peers'
-//      records) lists the copies and may check more (split sizes).
+//      records) lists the copies and may check more (split sizes). The
+//      peers are every other rank, or in a rooted collective the root for
+//      the others and every other rank for the root.
 //   3. transfer: the copies, a bounded piece per poll so the progress
 //      thread stays responsive; counter := 2 id (this rank copies no more).
 //   4. finish: once no peer can still be copying from or into this rank's
@@ -19,9 +21,10 @@
 //      never matches, or its process is gone), the op ends.
 // A failure at any step (different identities, a peer that died, a copy
 // that failed, split sizes that disagree) is recorded, the rest of the
-// copies are skipped, and the op still waits at step 4 before it fails: a
-// rank never hands its buffer back while a peer may be copying it. Peers
-// that matched this rank's call copy valid bytes from it and may succeed.
+// copies are skipped, the header is marked failed, and the op still waits
+// at step 4 before it fails: a rank never hands its buffer back while a peer
+// may be copying it. A peer that finds a header marked failed fails too
+// (its result may lack what the failed rank was to copy into it).
 #pragma once
 
 #include <chrono>
@@ -58,8 +61,10 @@ struct CmaBlock {
 
 class CmaExchange {
  public:
+  // `root` >= 0: a rooted collective, where the other ranks copy from or
+  // into the root only, so they wait for it alone and it for all of them.
   CmaExchange(ShmArea* shm, const Cma* cma, uint64_t id, const CollIdentity& mine,
-              CmaRecord published);
+              CmaRecord published, int root = -1);
 
   // The four poll steps, in order (see above).
   bool publish();
@@ -100,6 +105,9 @@ class CmaExchange {
   // of waiting); marks and reports those found.
   void checkAlive(const std::vector<int>& ranks);
   bool doneWith(int peer) const;
+  // Whether a peer's header is this call's, marked as failed (step 3).
+  bool failedSameCall(const CollIdentity& theirs) const;
+  Error peerFailed(int peer) const;
 
   ShmArea* shm_;
   const Cma* cma_;
@@ -108,6 +116,7 @@ class CmaExchange {
   CollIdentity mine_;
   CmaRecord published_;
   Plan plan_;
+  std::vector<int> peers_;  // the ranks this one waits for and checks
   std::vector<CmaRecord> records_;
   std::vector<Transfer> transfers_;
   size_t next_ = 0;
@@ -119,10 +128,11 @@ class CmaExchange {
 
 // Adds a single-copy chunk's four steps to `s` (reserving its chunk number)
 // and returns the last. `published` is what peers read from this rank;
-// `plan` lists this rank's reads once every rank has published; the first
-// step waits for `after` too.
+// `plan` lists this rank's copies once its peers have published; the first
+// step waits for `after` too; `root` as for CmaExchange.
 StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdentity& mine,
-                      CmaRecord published, CmaExchange::Plan plan, StepId after = kNoStep);
+                      CmaRecord published, CmaExchange::Plan plan, StepId after = kNoStep,
+                      int root = -1);
 
 // The identity a single-copy chunk publishes: the call's, marked with the
 // algorithm, so that ranks which chose different algorithms for the same

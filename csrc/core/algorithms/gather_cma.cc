@@ -24,9 +24,12 @@ Schedule buildGatherCma(const CollArgs& a) {
   const CmaRecord mine = r == root
                              ? CmaRecord{reinterpret_cast<uint64_t>(a.buf), a.size * blockBytes, 0}
                              : CmaRecord{reinterpret_cast<uint64_t>(in), blockBytes, 0};
-  addCmaExchange(s, a.shm, a.cma, cmaIdentity(a, &buildGatherCma), mine, [=](CmaExchange& x) {
-    x.addWrite(root, x.record(root).addr + r * blockBytes, in, blockBytes);
-  });
+  addCmaExchange(
+      s, a.shm, a.cma, cmaIdentity(a, &buildGatherCma), mine,
+      [=](CmaExchange& x) {
+        x.addWrite(root, x.record(root).addr + r * blockBytes, in, blockBytes);
+      },
+      kNoStep, root);
   return s;
 }
 
@@ -39,9 +42,12 @@ Schedule buildScatterCma(const CollArgs& a) {
   void* out = a.buf;
   const CmaRecord mine{r == root ? reinterpret_cast<uint64_t>(a.input) : 0,
                        r == root ? a.size * blockBytes : 0, 0};
-  addCmaExchange(s, a.shm, a.cma, cmaIdentity(a, &buildScatterCma), mine, [=](CmaExchange& x) {
-    x.addRead(root, x.record(root).addr + r * blockBytes, out, blockBytes);
-  });
+  addCmaExchange(
+      s, a.shm, a.cma, cmaIdentity(a, &buildScatterCma), mine,
+      [=](CmaExchange& x) {
+        x.addRead(root, x.record(root).addr + r * blockBytes, out, blockBytes);
+      },
+      kNoStep, root);
   return s;
 }
 
