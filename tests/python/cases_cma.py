@@ -80,3 +80,17 @@ def gather_scatter_views(count):
         out[root] = (torch.stack(rows) if rows else None, own if r == root else None, got,
                      sent if r == root else None)
     return out
+
+
+def sizes_for_selection():
+    """all_gather, broadcast and even all_to_all of 16 and 1 Mi float32 elements per rank,
+    and an all_to_all with split sizes of a few elements."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    for count in (16, 1 << 20):
+        x = torch.ones(count)
+        dist.all_gather_into_tensor(torch.empty(n * count), x)
+        dist.broadcast(x, 0)
+        dist.all_to_all_single(torch.empty(n * count), torch.ones(n * count))
+    sends = [q + 1 for q in range(n)]
+    recvs = [r + 1] * n
+    dist.all_to_all_single(torch.empty(sum(recvs)), torch.ones(sum(sends)), recvs, sends)

@@ -192,3 +192,19 @@ def test_forced_single_copy_gather_and_scatter_use_row_views_directly():
     with harness.World(4, env={"RINGX_ALGO": "cma"}) as world:
         for count in (1, 1000, 300_001):
             _check_views(world.run(cases_cma.gather_scatter_views, count=count), 4, count)
+
+
+def test_cost_model_takes_slots_for_small_calls_and_the_single_copy_for_large_ones():
+    with harness.World(2, env={"RINGX_DEBUG": "INFO"}) as world:
+        world.run(cases_cma.sizes_for_selection)
+        lines = ALGO_LINE_WITH_BYTES.findall(world.log_text(0))
+    chosen = [(op, alg, int(nbytes)) for op, alg, nbytes in lines if op in DATA_MOVEMENT]
+    for op, alg, nbytes in chosen:
+        if op == "all_to_all_single" and nbytes < 64:
+            assert alg == "cma", f"all_to_all with split sizes took {alg}"  # its only intra-host algorithm
+        else:
+            assert alg == ("cma" if nbytes >= 1 << 20 else "shm"), (op, alg, nbytes)
+    assert len(chosen) == 7, chosen
+
+
+ALGO_LINE_WITH_BYTES = re.compile(r"ringx: (\w+) \(rank \d+, seq \d+\): algorithm (\w+), (\d+) bytes")

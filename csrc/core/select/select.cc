@@ -28,8 +28,12 @@ struct Constants {
   double shmSyncUs = 1.0;
   double copyUsPerByte = 1.0 / 10000.0;
   // Single copy (CMA): the publish-match-finish hand-offs of one op, one
-  // process_vm_readv call's fixed cost, and its copy rate.
-  double cmaSyncUs = 3.0;
+  // process_vm_readv call's fixed cost (0.45 us for 4 KiB), and its copy
+  // rate between two processes (11-12 GB/s from 256 KiB to 16 MiB, 5.7 GB/s
+  // at 64 MiB, where memcpy also drops). The hand-off constant puts the
+  // crossover with the slot algorithms at 30-40 KiB at world 2, where
+  // interleaved A/B runs of both found it (32-128 KiB, docs/algorithms.md).
+  double cmaSyncUs = 5.0;
   double cmaCallUs = 0.5;
   double cmaUsPerByte = 1.0 / 11000.0;
 };
