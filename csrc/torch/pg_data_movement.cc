@@ -1,6 +1,7 @@
 // broadcast, all_gather, gather, scatter and all_to_all in their tensor,
 // list and coalesced forms.
 #include <numeric>
+#include <optional>
 
 #include "torch/process_group_ringx.hpp"
 #include "torch/staging.h"
@@ -34,6 +35,30 @@ void checkRootList(const CallContext& c, int64_t root, const std::vector<std::ve
   for (size_t i = 0; i < lists[0].size(); ++i) {
     checkSameType(c, own, ownName, lists[0][i], listName + " tensor " + std::to_string(i));
   }
+}
+
+// A flat view of `ts` when they already lie back to back in memory, in
+// order and contiguous (a list made by unbind or chunk of one tensor), and
+// none of them overlaps `other`: the schedule then reads or writes them
+// directly, without a staging buffer and a copy through it.
+std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const at::Tensor& other) {
+  if (ts.empty()) return std::nullopt;
+  const at::Tensor first = asParts(ts[0]);
+  const int64_t numel = first.numel();
+  const size_t bytes = size_t(numel) * first.element_size();
+  auto* base = static_cast<const std::byte*>(first.data_ptr());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const at::Tensor t = asParts(ts[i]);
+    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.numel() != numel ||
+        static_cast<const std::byte*>(t.data_ptr()) != base + i * bytes) {
+      return std::nullopt;
+    }
+  }
+  const at::Tensor o = asParts(other);
+  auto* ob = static_cast<const std::byte*>(o.data_ptr());
+  const size_t obytes = size_t(o.numel()) * o.element_size();
+  if (bytes && obytes && ob < base + ts.size() * bytes && base < ob + obytes) return std::nullopt;
+  return at::from_blob(first.data_ptr(), {int64_t(ts.size()) * numel}, first.options());
 }
 
 }  // namespace
@@ -193,7 +218,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
   checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank),
                       [&] { checkRootList(call.ctx, opts.rootRank, outputs, "output", in, "the input"); });
   at::Tensor src = asParts(in).contiguous();
-  at::Tensor flat = isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options()) : at::Tensor();
+  const auto direct = isRoot ? adjacentFlat(outputs[0], src) : std::nullopt;
+  at::Tensor flat = direct ? *direct
+                    : isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options())
+                             : at::Tensor();
   CollArgs a = argsFor(call, Collective::Gather);
   a.dtype = toDType(call.ctx, src.scalar_type());
   a.input = src.data_ptr();
@@ -205,7 +233,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
   keep.insert(keep.end(), {in, src});
   if (isRoot) keep.push_back(flat);
   std::function<void()> publish;
-  if (isRoot) publish = [targets, flat]() mutable { unflatten(flat, targets); };
+  if (isRoot && !direct) publish = [targets, flat]() mutable { unflatten(flat, targets); };
   return submit(call, a, keep, targets, std::move(publish));
 }
 
@@ -219,11 +247,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
   at::Tensor flat;
   checkOnThisRankOnly(call, Collective::Scatter, int(opts.rootRank),
                       [&] { checkRootList(call.ctx, opts.rootRank, inputs, "input", out, "the output"); });
+  Staged st = stage(asParts(out));
   if (isRoot) {
-    flat = flatCat(inputs[0]);
+    flat = adjacentFlat(inputs[0], st.buf).value_or(at::Tensor());
+    if (!flat.defined()) flat = flatCat(inputs[0]);
     call.recorded = inputs[0];
   }
-  Staged st = stage(asParts(out));
   CollArgs a = argsFor(call, Collective::Scatter);
   a.dtype = toDType(call.ctx, st.buf.scalar_type());
   a.input = isRoot ? flat.data_ptr() : nullptr;

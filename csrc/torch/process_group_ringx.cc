@@ -82,6 +82,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   uopts.keyPrefix = prefix + "/ucx";
   CommOptions copts;
   copts.timeout = timeout;
+  CmaMode cmaMode = CmaMode::Auto;
   try {
     checkSettingsAgree(adapter, prefix + "/settings", rank, size);
     segmentBytes_ = settingPositive("RINGX_CHUNK_BYTES");
@@ -89,6 +90,10 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     uopts.tls = settingText("RINGX_TLS");
     copts.spin = std::chrono::microseconds(settingPositive("RINGX_SPIN_US"));
     copts.cpu = threadCpu();
+    cmaMode = cmaModeSetting();
+    if (cmaMode == CmaMode::On && !settingFlag("RINGX_SHM")) {
+      throw Error(ErrorKind::InvalidArgument, "ringx: RINGX_CMA=1 needs the shared-memory area; unset RINGX_SHM=0");
+    }
   } catch (const Error& e) {
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
@@ -99,9 +104,13 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);
       shm_ = ShmArea::create(adapter, prefix, rank, size, slot);
       if (shm_) copts.bell = shm_->bell();
+      if (shm_) cma_ = Cma::create(adapter, prefix, rank, size, cmaMode);
     }
     comm_ = std::make_shared<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::InvalidArgument) {
+      throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+    }
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
   }
   RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up, timeout " << timeout.count() << " ms; "
@@ -200,6 +209,7 @@ CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
   CollArgs a(coll, rank_, size_, call.ctx.seq);
   a.segmentBytes = segmentBytes_;
   a.shm = shm_.get();
+  a.cma = cma_.get();
   return a;
 }
 

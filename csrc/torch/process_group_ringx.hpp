@@ -48,6 +48,7 @@
 #include "core/common/topology.h"
 #include "core/engine/communicator.h"
 #include "core/select/select.h"
+#include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
@@ -230,6 +231,7 @@ class ProcessGroupRingx : public c10d::Backend {
 
   // Declared before comm_ so that it outlives the progress thread.
   std::unique_ptr<ShmArea> shm_;
+  std::unique_ptr<Cma> cma_;
   // Which ranks share a host (learnt once, at creation).
   Topology topology_;
   // Shared with the Works, whose wait() drives it.

@@ -14,6 +14,7 @@
 #include "core/algorithms/identity.h"
 #include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
+#include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 #include "test_support.h"
 
@@ -97,7 +98,7 @@ struct RankResult {
 
 // Runs rank r's call and checks its output against the reference of its own
 // spec.
-RankResult runCall(Communicator& comm, ShmArea* shm, int r, int n, uint64_t seq, const Spec& s,
+RankResult runCall(Communicator& comm, ShmArea* shm, const Cma* cma, int r, int n, uint64_t seq, const Spec& s,
                    std::chrono::milliseconds timeout) {
   const size_t es = dtypeSize(s.dtype), block = s.count;
   std::vector<std::byte> in, out;
@@ -108,6 +109,7 @@ RankResult runCall(Communicator& comm, ShmArea* shm, int r, int n, uint64_t seq,
   a.count = block;
   a.segmentBytes = 1024;
   a.shm = shm;
+  a.cma = cma;
   size_t outElems = 0;
   switch (s.coll) {
     case Collective::AllReduce:
@@ -166,7 +168,9 @@ RankResult runCall(Communicator& comm, ShmArea* shm, int r, int n, uint64_t seq,
       break;
     case Collective::Barrier: break;
   }
-  const Algorithm& alg = selectAlgorithm(a, AlgoOverride(""));
+  // With CMA, the single-copy algorithms wherever a collective has one, and
+  // the slot ones for the others, so that both kinds meet on one chunk.
+  const Algorithm& alg = selectAlgorithm(a, AlgoOverride(cma ? "cma" : ""));
   auto err = runOp(comm, std::string(collectiveName(s.coll)), seq, buildChecked(alg, a), timeout);
   if (err) {
     return {err->kind() == ErrorKind::Timeout ? Outcome::TimedOut : Outcome::Failed, err->what()};
@@ -184,13 +188,17 @@ RankResult runCall(Communicator& comm, ShmArea* shm, int r, int n, uint64_t seq,
 
 // Communicators over loopback transports, with shared-memory areas when
 // `withShm` (then the torch layer's choice of algorithm takes the
-// intra-host ones).
+// intra-host ones) and single-copy reads between them when `withCma`.
 struct World {
-  World(int size, bool withShm) : size(size) {
+  World(int size, bool withShm, bool withCma = false) : size(size) {
     auto lw = makeLoopbackWorld(size);
     if (withShm) {
       areas.resize(size);
-      onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "m", r, size, 4096); });
+      cmas.resize(size);
+      onEachRank(size, [&](int r) {
+        areas[r] = ShmArea::create(store, "m", r, size, 4096);
+        if (withCma) cmas[r] = Cma::create(store, "m", r, size, CmaMode::On);
+      });
     }
     CommOptions o;
     o.timeout = 20s;
@@ -198,17 +206,21 @@ struct World {
   }
   ~World() { comms.clear(); }
   ShmArea* shm(int r) const { return areas.empty() ? nullptr : areas[r].get(); }
+  const Cma* cma(int r) const { return cmas.empty() ? nullptr : cmas[r].get(); }
 
   int size;
   MemoryStore store;
   std::vector<std::unique_ptr<ShmArea>> areas;
+  std::vector<std::unique_ptr<Cma>> cmas;
   std::vector<std::unique_ptr<Communicator>> comms;
 };
 
 std::vector<RankResult> runTrial(World& w, uint64_t seq, const std::vector<Spec>& specs,
                                  std::chrono::milliseconds timeout) {
   std::vector<RankResult> results(w.size);
-  onEachRank(w.size, [&](int r) { results[r] = runCall(*w.comms[r], w.shm(r), r, w.size, seq, specs[r], timeout); });
+  onEachRank(w.size, [&](int r) {
+    results[r] = runCall(*w.comms[r], w.shm(r), w.cma(r), r, w.size, seq, specs[r], timeout);
+  });
   return results;
 }
 
@@ -273,7 +285,7 @@ TEST_CASE("ranks that call different roots, ops, dtypes or sizes fail instead of
 // some ranks; any rank that returns without an error must hold the right
 // answer for the call it made. After a trial in which any rank failed, the
 // world is rebuilt, as a user would after an error.
-TEST_CASE("random mismatched calls never return wrong data, on the network and the shared-memory algorithms") {
+TEST_CASE("random mismatched calls never return wrong data, on the network, slot and single-copy algorithms") {
   const int trials = 1500;
   std::mt19937 rng(20261123);
   auto pick = [&](int n) { return int(rng() % unsigned(n)); };
@@ -309,11 +321,12 @@ TEST_CASE("random mismatched calls never return wrong data, on the network and t
   struct Counts {
     int matched = 0, mismatched = 0, allCorrect = 0, failedSome = 0, timedOutSome = 0, wrong = 0, rebuilt = 0;
   };
-  for (bool withShm : {false, true}) {
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool withShm = mode > 0, withCma = mode > 1;
     Counts c;
     std::vector<std::string> wrongs;
     int size = 2;
-    auto world = std::make_unique<World>(size, withShm);
+    auto world = std::make_unique<World>(size, withShm, withCma);
     uint64_t seq = 0;
     for (int t = 0; t < trials; ++t) {
       const Spec base = randomSpec(size);
@@ -355,15 +368,15 @@ TEST_CASE("random mismatched calls never return wrong data, on the network and t
       if (failed || timedOut) {
         ++c.rebuilt;
         size = 2 + pick(2);
-        world = std::make_unique<World>(size, withShm);
+        world = std::make_unique<World>(size, withShm, withCma);
         seq = 0;
       }
     }
-    WARN((withShm ? "shared memory" : "network") << ": " << trials << " trials, " << c.matched << " matched, "
-                                                 << c.mismatched << " mismatched; all correct " << c.allCorrect
-                                                 << ", some rank failed " << c.failedSome
-                                                 << ", only timeouts " << c.timedOutSome << ", silently wrong "
-                                                 << c.wrong << ", worlds rebuilt " << c.rebuilt);
+    WARN((withCma ? "single copy" : withShm ? "shared memory" : "network")
+         << ": " << trials << " trials, " << c.matched << " matched, " << c.mismatched
+         << " mismatched; all correct " << c.allCorrect << ", some rank failed " << c.failedSome
+         << ", only timeouts " << c.timedOutSome << ", silently wrong " << c.wrong
+         << ", worlds rebuilt " << c.rebuilt);
     for (auto& w : wrongs) UNSCOPED_INFO(w);
     CHECK(c.wrong == 0);
   }

@@ -10,6 +10,7 @@
 
 namespace ringx {
 
+class Cma;
 class ShmArea;
 
 struct CollArgs {
@@ -39,6 +40,9 @@ struct CollArgs {
   size_t segmentBytes = 256 * 1024;
   // Memory shared by all ranks when they are on one host; null otherwise.
   ShmArea* shm = nullptr;
+  // Single-copy reads of peers' memory, when every rank can make them; only
+  // with `shm`.
+  const Cma* cma = nullptr;
 
   size_t bytes() const { return count * dtypeSize(dtype); }
 };

@@ -46,5 +46,10 @@ Schedule buildBarrierShm(const CollArgs& a);
 Schedule buildGatherShm(const CollArgs& a);
 Schedule buildScatterShm(const CollArgs& a);
 Schedule buildReduceShm(const CollArgs& a);
+Schedule buildAllGatherCma(const CollArgs& a);
+Schedule buildAllToAllCma(const CollArgs& a);
+Schedule buildBroadcastCma(const CollArgs& a);
+Schedule buildGatherCma(const CollArgs& a);
+Schedule buildScatterCma(const CollArgs& a);
 
 }  // namespace ringx

@@ -47,6 +47,10 @@ inline constexpr uint8_t kReduction = 1;  // `op` is meaningful
 // Sent instead of the call by a rank that rejected its own arguments where
 // the others could not see the problem (a root's list): they fail at once.
 inline constexpr uint8_t kRejected = 2;
+// Set by a single-copy exchange that failed after publishing its identity,
+// for the peers that copy into its buffer or wait on its share
+// (core/algorithms/cma_exchange.h).
+inline constexpr uint8_t kFailedAfterPublishing = 4;
 
 // Plain bytes, the same layout in every process of one build: it is copied
 // into shared memory and onto the wire as it is.

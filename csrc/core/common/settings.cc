@@ -58,6 +58,11 @@ const std::vector<Setting> kSettings = {
      "Size of each of a rank's two shared-memory slots (the intra-host chunk), rounded down to 64 "
      "bytes, "
      "at least 4096: a chunk that stays in L2 from copy-in to copy-out."},
+    {"RINGX_CMA", SettingType::Choice, "`auto`, `0`, `1`", "auto", "`auto`", nullptr, true,
+     "Single-copy intra-host transfers (Linux CMA, `process_vm_readv`): `auto` probes at group "
+     "creation whether every rank can read every other's memory and uses them where the cost model "
+     "says they pay, `0` keeps to the shared-memory slots, `1` makes group creation fail when the "
+     "probe does. `RINGX_DEBUG=INFO` logs the probe's outcome and why it failed."},
     {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr,
      false, "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
 };

@@ -27,6 +27,15 @@ struct Constants {
   // memcpy at about 10 GB/s.
   double shmSyncUs = 1.0;
   double copyUsPerByte = 1.0 / 10000.0;
+  // Single copy (CMA): the publish-match-finish hand-offs of one op, one
+  // process_vm_readv call's fixed cost (0.45 us for 4 KiB), and its copy
+  // rate between two processes (11-12 GB/s from 256 KiB to 16 MiB, 5.7 GB/s
+  // at 64 MiB, where memcpy also drops). The hand-off constant puts the
+  // crossover with the slot algorithms at 30-40 KiB at world 2, where
+  // interleaved A/B runs of both found it (32-128 KiB, docs/algorithms.md).
+  double cmaSyncUs = 5.0;
+  double cmaCallUs = 0.5;
+  double cmaUsPerByte = 1.0 / 11000.0;
 };
 constexpr Constants kCost{};
 
@@ -107,6 +116,30 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // the others' copy-out of the previous one.
     const double chunks = shmChunks(N);
     return chunks * kCost.shmSyncUs + (N + N / chunks) * kCost.copyUsPerByte;
+  }
+  // Single copy: one exchange per op, every rank copying at once; the time
+  // is the busiest rank's.
+  if (alg.build == &buildAllGatherCma) {
+    // N is one block: n - 1 read, one copied locally.
+    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N * kCost.cmaUsPerByte) + N * kCost.copyUsPerByte;
+  }
+  if (alg.build == &buildBroadcastCma) {
+    // The root writes one piece into each rank, which reads the other n - 2.
+    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte);
+  }
+  // N is one block, which each rank reads (scatter) or writes (gather).
+  if (alg.build == &buildGatherCma || alg.build == &buildScatterCma) {
+    return kCost.cmaSyncUs + kCost.cmaCallUs + N * kCost.cmaUsPerByte;
+  }
+  if (alg.build == &buildAllToAllCma) {
+    // With split sizes the ranks' byte counts differ, and so would their
+    // estimates: the choice must be the same on every rank, and where it
+    // applies the single copy beats sending through UCX at every size.
+    if (!a.evenSplits) return 0;
+    // N is the whole input: a table read and a block read per peer, one
+    // block copied locally.
+    return kCost.cmaSyncUs + (n - 1) * (2 * kCost.cmaCallUs + N / n * kCost.cmaUsPerByte) +
+           N / n * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllGatherRing) {
     return (n - 1) * (kCost.alphaUs + N * kCost.betaUsPerByte);

@@ -27,6 +27,9 @@ constexpr size_t kReleasedOffset = 128;
 constexpr size_t kBellOffset = 192;
 static_assert(kHeadersOffset + 2 * sizeof(ShmArea::SlotHeader) <= kReleasedOffset);
 static_assert(kBellOffset + sizeof(BellWord) <= 256);
+// The op records, clear of the lines above.
+constexpr size_t kOpRecordsOffset = 1024;
+static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
 
 std::string firstLine(const char* path) {
   std::ifstream f(path);
@@ -110,6 +113,10 @@ ShmArea::~ShmArea() {
   for (void* m : maps_) {
     if (m) ::munmap(m, mapBytes_);
   }
+}
+
+std::byte* ShmArea::opRecord(int rank, int which) const {
+  return static_cast<std::byte*>(maps_[rank]) + kOpRecordsOffset + size_t(which) * kOpRecordBytes;
 }
 
 bool ShmArea::allReached(uint64_t value) const {

@@ -51,6 +51,11 @@ class ShmArea {
 
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
   SlotHeader& header(int rank, int which) const { return headers_[rank][which]; }
+  // Room in a rank's control block, one record per slot parity, for what the
+  // single-copy algorithms publish with a chunk's header (the address of the
+  // buffer peers read; algorithms/cma_steps.h).
+  static constexpr size_t kOpRecordBytes = 64;
+  std::byte* opRecord(int rank, int which) const;
   std::atomic<uint64_t>& counter(int rank) const { return *counters_[rank]; }
   bool allReached(uint64_t value) const;
   // The ranks whose counter is still below `value`.

@@ -1,0 +1,85 @@
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/algorithms/cma_exchange.h"
+#include "core/algorithms/registry.h"
+
+namespace ringx {
+
+namespace {
+
+size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& bytes) {
+  size_t end = 0;
+  for (size_t j = 0; j < offsets.size(); ++j) end = std::max(end, offsets[j] + bytes[j]);
+  return end;
+}
+
+}  // namespace
+
+// Intra-host all-to-all, with or without split sizes, with one copy per byte
+// (Linux CMA).
+//
+// Every rank publishes its input and a table of its n exchanges (where its
+// block for rank j starts, how many bytes it sends j and expects from j).
+// Once every rank has published the same call, rank r reads entry r of each
+// peer's table, checks both directions against its own split sizes (so a
+// pair that disagrees fails on both sides instead of copying the wrong
+// bytes), and reads its block straight out of each peer's input into its
+// output, starting with r + 1. A rank returns only once every peer has
+// finished reading its input (core/algorithms/cma_exchange.h). An input that
+// overlaps the output is first copied aside, since peers read it while this
+// rank writes its output.
+//
+// Memory traffic per rank: its received bytes, copied once, against twice
+// for the slot algorithm; two counter hand-offs and n - 1 table reads.
+Schedule buildAllToAllCma(const CollArgs& a) {
+  Schedule s(a.dtype, a.op);
+  s.setAlgorithm("cma");
+  const int n = a.size, r = a.rank;
+  if (a.evenSplits && a.sendBytes[0] == 0) return s;
+  auto* out = static_cast<std::byte*>(a.buf);
+  const auto* in = static_cast<const std::byte*>(a.input);
+  const size_t inBytes = extent(a.sendOffsets, a.sendBytes),
+               outBytes = extent(a.recvOffsets, a.recvBytes);
+
+  StepId staged = kNoStep;
+  if (inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
+    std::byte* copy = s.scratch(inBytes);
+    staged = s.copy(copy, in, inBytes);
+    in = copy;
+  }
+  auto* table = reinterpret_cast<CmaBlock*>(s.scratch(n * sizeof(CmaBlock)));
+  for (int j = 0; j < n; ++j) table[j] = {a.sendOffsets[j], a.sendBytes[j], a.recvBytes[j]};
+  const CmaRecord mine{reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table)};
+  const std::vector<size_t> recvOffsets = a.recvOffsets;
+
+  addCmaExchange(
+      s, a.shm, a.cma, cmaIdentity(a, &buildAllToAllCma), mine,
+      [=](CmaExchange& x) {
+        for (int k = 0; k < n; ++k) {
+          const int q = (r + k) % n;
+          CmaBlock theirs = table[r];
+          if (q != r)
+            x.cma().read(q, &theirs, x.record(q).table + r * sizeof(CmaBlock), sizeof(theirs));
+          if (theirs.sendBytes != table[q].recvBytes || theirs.recvBytes != table[q].sendBytes) {
+            throw Error(
+                ErrorKind::InvalidArgument,
+                "rank " + std::to_string(q) + " sends this rank " +
+                    std::to_string(theirs.sendBytes) + " bytes and expects " +
+                    std::to_string(theirs.recvBytes) + " from it, where this rank " + "expects " +
+                    std::to_string(table[q].recvBytes) + " and sends " +
+                    std::to_string(table[q].sendBytes) +
+                    ": the ranks' split sizes disagree (rank j's output_split_sizes[i] must equal "
+                    "rank "
+                    "i's input_split_sizes[j]); the group is no longer usable, create a new one");
+          }
+          x.addRead(q, x.record(q).addr + theirs.sendOffset, out + recvOffsets[q],
+                    theirs.sendBytes);
+        }
+      },
+      staged);
+  return s;
+}
+
+}  // namespace ringx

@@ -1,0 +1,215 @@
+#include "core/algorithms/cma_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/algorithms/registry.h"
+
+namespace ringx {
+
+namespace {
+
+// The most one transfer step copies before it yields to the progress loop
+// (other ops, timeouts). The read rate does not depend on it from 256 KiB to
+// whole buffers (docs/algorithms.md), so it only bounds the step's length.
+constexpr size_t kPieceBytes = 4 << 20;
+constexpr auto kAliveCheckEvery = std::chrono::milliseconds(100);
+
+}  // namespace
+
+CmaExchange::CmaExchange(ShmArea* shm, const Cma* cma, uint64_t id, const CollIdentity& mine,
+                         CmaRecord published, int root)
+    : shm_(shm),
+      cma_(cma),
+      id_(id),
+      which_(int(id % 2)),
+      mine_(mine),
+      published_(published),
+      records_(size_t(shm->size())),
+      dead_(size_t(shm->size()), false) {
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank() && (root < 0 || rank() == root || p == root)) peers_.push_back(p);
+  }
+}
+
+bool CmaExchange::publish() {
+  if (shm_->chunksDone().load(std::memory_order_acquire) + 1 < id_ || !shm_->slotFree(id_))
+    return false;
+  const int me = rank();
+  std::memcpy(shm_->opRecord(me, which_), &published_, sizeof(published_));
+  shm_->header(me, which_) = mine_;
+  shm_->counter(me).store(2 * id_ - 1, std::memory_order_release);
+  shm_->ring();
+  nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
+  return true;
+}
+
+std::vector<int> CmaExchange::matchWaitsFor() const {
+  std::vector<int> ranks;
+  for (int p : peers_) {
+    if (!dead_[size_t(p)] && shm_->counter(p).load(std::memory_order_acquire) < 2 * id_ - 1)
+      ranks.push_back(p);
+  }
+  return ranks;
+}
+
+bool CmaExchange::match() {
+  const std::vector<int> behind = matchWaitsFor();
+  if (!behind.empty()) {
+    checkAlive(behind);
+    return failure_.has_value();
+  }
+  // A peer that failed in this same call is reported after this rank's own
+  // checks, which say more about what disagrees.
+  std::optional<int> failedPeer;
+  for (int p : peers_) {
+    if (failure_) break;
+    if (dead_[size_t(p)]) continue;
+    CollIdentity theirs = shm_->header(p, which_);
+    if (failedSameCall(theirs)) {
+      if (!failedPeer) failedPeer = p;
+    } else {
+      theirs.flags &= uint8_t(~kFailedAfterPublishing);
+      if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)));
+    }
+    std::memcpy(&records_[size_t(p)], shm_->opRecord(p, which_), sizeof(CmaRecord));
+  }
+  records_[size_t(rank())] = published_;
+  if (!failure_ && plan_) {
+    try {
+      plan_(*this);
+    } catch (const Error& e) {
+      fail(e);
+    }
+  }
+  if (failedPeer) fail(peerFailed(*failedPeer));
+  return true;
+}
+
+void CmaExchange::addRead(int peer, uint64_t remote, void* local, size_t bytes) {
+  if (bytes) transfers_.push_back({peer, remote, static_cast<std::byte*>(local), bytes, false});
+}
+
+void CmaExchange::addWrite(int peer, uint64_t remote, const void* local, size_t bytes) {
+  if (bytes)
+    transfers_.push_back(
+        {peer, remote, static_cast<std::byte*>(const_cast<void*>(local)), bytes, true});
+}
+
+bool CmaExchange::transfer() {
+  size_t budget = kPieceBytes;
+  while (!failure_ && next_ < transfers_.size() && budget > 0) {
+    const Transfer& t = transfers_[next_];
+    const size_t n = std::min(budget, t.bytes - offset_);
+    try {
+      if (t.write) {
+        cma_->write(t.peer, t.remote + offset_, t.local + offset_, n);
+      } else {
+        cma_->read(t.peer, t.local + offset_, t.remote + offset_, n);
+      }
+    } catch (const Error& e) {
+      // A peer whose process is gone copies nothing any more: finish need
+      // not wait for it.
+      if (e.kind() == ErrorKind::PeerClosed) dead_[size_t(t.peer)] = true;
+      fail(e);
+      break;
+    }
+    budget -= n;
+    offset_ += n;
+    if (offset_ == t.bytes) {
+      ++next_;
+      offset_ = 0;
+    }
+  }
+  if (!failure_ && next_ < transfers_.size()) return false;
+  // Peers that copy into this rank's buffer, or whose result this rank's
+  // share completes, must not take it for whole.
+  if (failure_) shm_->header(rank(), which_).flags |= kFailedAfterPublishing;
+  shm_->counter(rank()).store(2 * id_, std::memory_order_release);
+  shm_->ring();
+  nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
+  return true;
+}
+
+// Peer p no longer reads this rank's buffer: it finished reading, or it is
+// in another collective (it compares identities before reading and finds
+// this one different), or its process is gone.
+bool CmaExchange::doneWith(int p) const {
+  if (p == rank() || dead_[size_t(p)]) return true;
+  const uint64_t at = shm_->counter(p).load(std::memory_order_acquire);
+  if (at >= 2 * id_) return true;
+  return at == 2 * id_ - 1 && shm_->header(p, which_) != mine_;
+}
+
+std::vector<int> CmaExchange::finishWaitsFor() const {
+  std::vector<int> ranks;
+  for (int p : peers_) {
+    if (!doneWith(p)) ranks.push_back(p);
+  }
+  return ranks;
+}
+
+bool CmaExchange::finish() {
+  const std::vector<int> waiting = finishWaitsFor();
+  if (!waiting.empty()) {
+    checkAlive(waiting);
+    if (!finishWaitsFor().empty()) return false;
+  }
+  for (int p : peers_) {
+    if (!dead_[size_t(p)] && failedSameCall(shm_->header(p, which_))) fail(peerFailed(p));
+  }
+  if (failure_) throw *failure_;
+  shm_->finishChunk(id_);
+  return true;
+}
+
+void CmaExchange::checkAlive(const std::vector<int>& ranks) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextAliveCheck_) return;
+  nextAliveCheck_ = now + kAliveCheckEvery;
+  for (int p : ranks) {
+    if (p == rank() || cma_->alive(p)) continue;
+    dead_[size_t(p)] = true;
+    fail(Error(ErrorKind::PeerClosed,
+               "rank " + std::to_string(p) +
+                   " closed: its process exited before it finished this collective"));
+  }
+}
+
+bool CmaExchange::failedSameCall(const CollIdentity& theirs) const {
+  CollIdentity unflagged = theirs;
+  unflagged.flags &= uint8_t(~kFailedAfterPublishing);
+  return (theirs.flags & kFailedAfterPublishing) && unflagged == mine_;
+}
+
+Error CmaExchange::peerFailed(int p) const {
+  return Error(ErrorKind::InvalidArgument,
+               "rank " + std::to_string(p) + " failed in this " + describe(mine_) +
+                   " (its own error says why), so this rank's result is not complete; the group "
+                   "is no longer usable, create a new one");
+}
+
+void CmaExchange::fail(const Error& e) {
+  if (!failure_) failure_ = e;
+}
+
+StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdentity& mine,
+                      CmaRecord published, CmaExchange::Plan plan, StepId after, int root) {
+  auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published, root);
+  x->setPlan(std::move(plan));
+  StepId step = s.poll([x] { return x->publish(); }, [x] { return x->publishWaitsFor(); }, {after});
+  step = s.poll([x] { return x->match(); }, [x] { return x->matchWaitsFor(); }, {step});
+  step = s.poll([x] { return x->transfer(); }, nullptr, {step});
+  return s.poll([x] { return x->finish(); }, [x] { return x->finishWaitsFor(); }, {step});
+}
+
+CollIdentity cmaIdentity(const CollArgs& a, Schedule (*build)(const CollArgs&)) {
+  CollIdentity id = identityOf(a);
+  const auto all = algorithms();
+  const auto row = std::find_if(all.begin(), all.end(),
+                                [&](const Algorithm& alg) { return alg.build == build; });
+  id.algorithm = uint8_t(1 + (row - all.begin()));
+  return id;
+}
+
+}  // namespace ringx

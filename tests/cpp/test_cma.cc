@@ -1,0 +1,280 @@
+// The single-copy (CMA) algorithms between threads of one process: each rank
+// maps the others' shared-memory segments and reads their buffers with
+// process_vm_readv of its own pid, the same calls separate processes make.
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "core/select/select.h"
+#include "core/transport/loopback/loopback_transport.h"
+#include "core/transport/shm/cma.h"
+#include "core/transport/shm/shm_area.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct CmaWorld {
+  explicit CmaWorld(int size) : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
+    onEachRank(size, [&](int r) {
+      areas[r] = ShmArea::create(store, "t", r, size, 4096);
+      cmas[r] = Cma::create(store, "t", r, size, CmaMode::On);
+    });
+    CommOptions o;
+    o.timeout = 20s;
+    for (auto& t : world.transports)
+      comms.push_back(std::make_unique<Communicator>(std::move(t), o));
+  }
+  ~CmaWorld() { comms.clear(); }
+
+  CollArgs args(Collective coll, int r, uint64_t seq) const {
+    CollArgs a{coll, r, int(areas.size()), seq};
+    a.shm = areas[r].get();
+    a.cma = cmas[r].get();
+    return a;
+  }
+
+  LoopbackWorld world;
+  MemoryStore store;
+  std::vector<std::unique_ptr<ShmArea>> areas;
+  std::vector<std::unique_ptr<Cma>> cmas;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+// Rank q's element i of any input: exact in float.
+float value(int q, size_t i) { return float(q * 100000 + int(i % 99991)); }
+
+std::vector<float> input(int q, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = value(q, i);
+  return v;
+}
+
+// Elements rank src sends rank dst in the uneven all_to_all: zero for some
+// pairs (and for everything rank 0 sends), up to `scale` + 6 for others.
+size_t split(int src, int dst, size_t scale) {
+  if (src == 0) return 0;
+  const size_t k = size_t(3 * src + 5 * dst + 1) % 7;
+  return k == 0 ? 0 : scale + k;
+}
+
+// Fails with the first element of `got` that differs from `want`.
+template <typename Want>
+void expectEach(int r, const std::string& what, const std::vector<float>& got, Want want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want(i)) {
+      RANK_FAIL("rank " << r << " " << what << ": element " << i << " is " << got[i] << ", want "
+                        << want(i));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the CMA probe succeeds between ranks that can read each other, and RINGX_CMA=0 skips it") {
+  const int size = 3;
+  MemoryStore store;
+  std::vector<std::unique_ptr<Cma>> on(size), off(size);
+  onEachRank(size, [&](int r) {
+    on[r] = Cma::create(store, "a", r, size, CmaMode::Auto);
+    off[r] = Cma::create(store, "b", r, size, CmaMode::Off);
+  });
+  for (int r = 0; r < size; ++r) {
+    CHECK(on[r] != nullptr);
+    CHECK(off[r] == nullptr);
+    for (int p = 0; p < size; ++p) CHECK(on[r]->alive(p));
+  }
+}
+
+TEST_CASE(
+    "single-copy all_gather, broadcast, gather and scatter match the closed form, between slot "
+    "ops") {
+  auto size = GENERATE(2, 3, 4);
+  // 1.2 M floats span several of the transfer step's 4 MiB pieces.
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{1200007});
+  CAPTURE(size, count);
+  CmaWorld w(size);
+  onEachRank(size, [&](int r) {
+    uint64_t seq = 0;
+    for (int round = 0; round < 2; ++round) {
+      const int root = (round + size - 1) % size;
+      const std::vector<float> in = input(r, count);
+
+      std::vector<float> out(size * count, -1);
+      CollArgs a = w.args(Collective::AllGather, r, ++seq);
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_gather", seq, buildAllGatherCma(a)));
+      expectEach(r, "all_gather", out, [&](size_t i) { return value(int(i / count), i % count); });
+
+      // A slot op between single-copy ones: both share the chunk numbering.
+      std::vector<float> slotted = in;
+      a = w.args(Collective::Broadcast, r, ++seq);
+      a.buf = slotted.data();
+      a.count = count;
+      a.root = root;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "broadcast", seq, buildBroadcastShm(a)));
+      expectEach(r, "slot broadcast", slotted, [&](size_t i) { return value(root, i); });
+
+      std::vector<float> buf = in;
+      a = w.args(Collective::Broadcast, r, ++seq);
+      a.buf = buf.data();
+      a.count = count;
+      a.root = root;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "broadcast", seq, buildBroadcastCma(a)));
+      expectEach(r, "broadcast", buf, [&](size_t i) { return value(root, i); });
+
+      std::vector<float> gathered(r == root ? size * count : 0, -1);
+      a = w.args(Collective::Gather, r, ++seq);
+      a.input = in.data();
+      a.buf = r == root ? gathered.data() : nullptr;
+      a.count = count;
+      a.root = root;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "gather", seq, buildGatherCma(a)));
+      expectEach(r, "gather", gathered, [&](size_t i) { return value(int(i / count), i % count); });
+
+      const std::vector<float> all = r == root ? input(r, size * count) : std::vector<float>{};
+      std::vector<float> mine(count, -1);
+      a = w.args(Collective::Scatter, r, ++seq);
+      a.input = r == root ? all.data() : nullptr;
+      a.buf = mine.data();
+      a.count = count;
+      a.root = root;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "scatter", seq, buildScatterCma(a)));
+      expectEach(r, "scatter", mine, [&](size_t i) { return value(root, r * count + i); });
+    }
+  });
+}
+
+TEST_CASE(
+    "single-copy all_to_all delivers uneven splits, zero splits and an input that is its own "
+    "output") {
+  auto size = GENERATE(2, 3, 4);
+  auto scale = GENERATE(size_t{0}, size_t{1000}, size_t{700001});
+  CAPTURE(size, scale);
+  CmaWorld w(size);
+  onEachRank(size, [&](int r) {
+    // Rank src's message to dst: element i is value(src, dst * 1000003 + i).
+    auto message = [](int src, int dst, size_t i) { return value(src, dst * 1000003 + i); };
+    CollArgs a = w.args(Collective::AllToAll, r, 1);
+    std::vector<float> in, out;
+    for (int dst = 0; dst < size; ++dst) {
+      a.sendOffsets.push_back(in.size() * 4);
+      a.sendBytes.push_back(split(r, dst, scale) * 4);
+      for (size_t i = 0; i < split(r, dst, scale); ++i) in.push_back(message(r, dst, i));
+    }
+    std::vector<float> want;
+    for (int src = 0; src < size; ++src) {
+      a.recvOffsets.push_back(want.size() * 4);
+      a.recvBytes.push_back(split(src, r, scale) * 4);
+      for (size_t i = 0; i < split(src, r, scale); ++i) want.push_back(message(src, r, i));
+    }
+    out.assign(want.size(), -1);
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = in.size();
+    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a)));
+    expectEach(r, "uneven all_to_all", out, [&](size_t i) { return want[i]; });
+
+    // Even blocks, in place: peers read the input this rank overwrites.
+    const size_t block = scale + 3;
+    std::vector<float> buf(size * block);
+    for (int dst = 0; dst < size; ++dst) {
+      for (size_t i = 0; i < block; ++i) buf[dst * block + i] = message(r, dst, i);
+    }
+    CollArgs e = w.args(Collective::AllToAll, r, 2);
+    for (int q = 0; q < size; ++q) {
+      e.sendOffsets.push_back(q * block * 4);
+      e.sendBytes.push_back(block * 4);
+    }
+    e.recvOffsets = e.sendOffsets;
+    e.recvBytes = e.sendBytes;
+    e.evenSplits = true;
+    e.input = buf.data();
+    e.buf = buf.data();
+    e.count = buf.size();
+    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 2, buildAllToAllCma(e)));
+    expectEach(r, "in-place all_to_all", buf,
+               [&](size_t i) { return message(int(i / block), r, i % block); });
+  });
+}
+
+TEST_CASE(
+    "ranks whose all_to_all split sizes disagree both fail, naming the peer, without copying") {
+  CmaWorld w(2);
+  std::vector<std::optional<Error>> errs(2);
+  std::vector<std::vector<float>> outs(2);
+  onEachRank(2, [&](int r) {
+    // Rank 0 sends rank 1 five elements, rank 1 expects four.
+    const std::vector<float> in(8, float(r + 1));
+    outs[r].assign(8, -1);
+    CollArgs a = w.args(Collective::AllToAll, r, 1);
+    a.sendOffsets = {0, 12};
+    a.sendBytes = {12, r == 0 ? 20u : 12u};
+    a.recvOffsets = {0, r == 1 ? 16u : 12u};
+    a.recvBytes = {r == 1 ? 16u : 12u, 12};
+    a.input = in.data();
+    a.buf = outs[r].data();
+    a.count = 8;
+    errs[r] = runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a), 10s);
+  });
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(errs[r]);
+    CHECK(errs[r]->kind() == ErrorKind::InvalidArgument);
+    CHECK_THAT(errs[r]->what(), Catch::Contains("rank " + std::to_string(1 - r)) &&
+                                    Catch::Contains("split sizes disagree"));
+    // No peer's bytes arrived (the local block is copied after the checks too).
+    CHECK(std::count(outs[r].begin(), outs[r].end(), -1.0f) == 8);
+  }
+}
+
+TEST_CASE(
+    "a single-copy call against a slot call of the same chunk fails on both ranks, naming the "
+    "other") {
+  CmaWorld w(2);
+  std::vector<std::optional<Error>> errs(2);
+  onEachRank(2, [&](int r) {
+    std::vector<float> in(100, float(r)), out(200, -1);
+    CollArgs a = w.args(Collective::AllGather, r, 1);
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = 100;
+    errs[r] = runOp(*w.comms[r], "all_gather", 1,
+                    r == 0 ? buildAllGatherCma(a) : buildAllGatherShm(a), 10s);
+    if (r == 0) {
+      RANK_REQUIRE(std::count(out.begin() + 100, out.end(), -1.0f) == 100);
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(errs[r]);
+    CHECK(errs[r]->kind() == ErrorKind::InvalidArgument);
+    CHECK_THAT(errs[r]->what(),
+               Catch::Contains("rank " + std::to_string(1 - r) + " called all_gather") &&
+                   Catch::Contains("the algorithm"));
+  }
+}
+
+TEST_CASE(
+    "the cost model takes the single copy where it applies, and alike on every rank for uneven "
+    "splits") {
+  CmaWorld w(2);
+  for (int r = 0; r < 2; ++r) {
+    CollArgs a = w.args(Collective::AllGather, r, 1);
+    a.count = 4 << 20;
+    CHECK(selectAlgorithm(a, AlgoOverride("")).name == "cma");
+    CHECK(selectAlgorithm(a, AlgoOverride("all_gather:shm")).name == "shm");
+    a.cma = nullptr;
+    CHECK(selectAlgorithm(a, AlgoOverride("all_gather:cma")).name != "cma");
+
+    // Ranks that send 1 element and 64 MiB choose the same algorithm.
+    CollArgs v = w.args(Collective::AllToAll, r, 1);
+    v.sendBytes = {4, r == 0 ? 4u : 64u << 20};
+    v.recvBytes = v.sendBytes;
+    v.count = r == 0 ? 2 : 16u << 20;
+    CHECK(selectAlgorithm(v, AlgoOverride("")).name == "cma");
+  }
+}
