@@ -121,7 +121,10 @@ bool CmaExchange::transfer() {
       offset_ = 0;
     }
   }
-  if (!failure_ && next_ < transfers_.size()) return false;
+  if (!failure_ && next_ < transfers_.size()) {
+    notePollProgress();
+    return false;
+  }
   // Peers that copy into this rank's buffer, or whose result this rank's
   // share completes, must not take it for whole.
   if (failure_) shm_->header(rank(), which_).flags |= kFailedAfterPublishing;

@@ -318,11 +318,13 @@ bool Communicator::runPolls(Active& a) {
   bool did = false;
   for (size_t i = 0; i < a.polling.size() && !a.ended;) {
     StepId id = a.polling[i];
+    pollProgressed = false;
     if (poll(a, id)) {
       a.polling.erase(a.polling.begin() + long(i));
       stepDone(a, id);
       did = true;
     } else {
+      did |= pollProgressed;
       ++i;
     }
   }

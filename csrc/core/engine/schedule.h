@@ -28,6 +28,12 @@ inline constexpr StepId kNoStep = ~StepId{0};
 // `waitingOn` lists the ranks it still waits for, for timeout messages.
 enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale, Poll };
 
+// A predicate that is not ready yet but moved its work forward (copied a
+// piece) says so, on the thread that runs it, so that the engine does not
+// take the pass for idle and sleep on the doorbell that no peer will ring.
+inline thread_local bool pollProgressed = false;
+inline void notePollProgress() { pollProgressed = true; }
+
 struct Step {
   StepKind kind;
   int peer = -1;              // Send/Recv; Poll: index of its predicate

@@ -7,11 +7,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <thread>
 
 #include "core/common/error.h"
+#include "core/common/topology.h"
 #include "core/common/types.h"
 
 namespace ringx {
@@ -30,19 +30,6 @@ static_assert(kBellOffset + sizeof(BellWord) <= 256);
 // The op records, clear of the lines above.
 constexpr size_t kOpRecordsOffset = 1024;
 static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
-
-std::string firstLine(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-std::string hostIdentity() {
-  char pidns[64] = {0};
-  ssize_t n = ::readlink("/proc/self/ns/pid", pidns, sizeof(pidns) - 1);
-  return firstLine("/proc/sys/kernel/random/boot_id") + "/" + (n > 0 ? std::string(pidns, size_t(n)) : "");
-}
 
 std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
