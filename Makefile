@@ -260,6 +260,7 @@ SANITIZE_CMAKE = $(WITH_VENV) cmake -G Ninja -DRINGX_BUILD_PYTHON=OFF -DRINGX_BU
 SANITIZE_UCX_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 ASAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/cpp/lsan.supp \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
 	TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/cpp/tsan.supp
