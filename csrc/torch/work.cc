@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include "core/common/fork_generation.h"
+
 namespace ringx {
 
 std::exception_ptr toTorchException(const Error& e) {
@@ -28,7 +30,8 @@ WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, st
       seq_(seq),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       comm_(std::move(comm)),
-      creatorPid_(int(::getpid())) {}
+      creatorPid_(processId()),
+      creatorFork_(forkGeneration()) {}
 
 bool WorkRingx::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -46,7 +49,7 @@ std::exception_ptr WorkRingx::exception() const {
 }
 
 bool WorkRingx::wait(std::chrono::milliseconds timeout) {
-  if (int(::getpid()) != creatorPid_) {
+  if (forkGeneration() != creatorFork_) {
     throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
                                 "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
                                     std::to_string(seq_) + "): this Work belongs to process " +

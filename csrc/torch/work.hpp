@@ -61,6 +61,7 @@ class WorkRingx : public c10d::Work {
   std::atomic<bool> done_{false};  // phase 1 over; read by a driving waiter
   std::weak_ptr<Communicator> comm_;
   const int creatorPid_;
+  const int creatorFork_;  // forkGeneration() at creation
 };
 
 // The exception a core error becomes when it reaches Python.

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/common/fork_generation.h"
 #include "core/common/log.h"
 
 namespace ringx {
@@ -60,7 +61,8 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       options_(options),
       rank_(transport_->rank()),
       size_(transport_->size()),
-      creatorPid_(int(::getpid())),
+      creatorPid_(processId()),
+      creatorFork_(forkGeneration()),
       callbacks_(kMaxCallbackThreads, options.cpu) {
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -95,13 +97,13 @@ Communicator::~Communicator() {
   ::close(wakeFd_);
 }
 
-bool Communicator::forkedChild() const { return int(::getpid()) != creatorPid_; }
+bool Communicator::forkedChild() const { return forkGeneration() != creatorFork_; }
 
 void Communicator::submit(std::unique_ptr<Op> op) {
   if (forkedChild()) {
     throw Error(ErrorKind::InvalidArgument,
                 prefix(*op) + "this process group was created by process " + std::to_string(creatorPid_) +
-                    " and cannot be used in a forked child (pid " + std::to_string(::getpid()) +
+                    " and cannot be used in a forked child (pid " + std::to_string(processId()) +
                     "); create a new process group in the child");
   }
   const bool small = op->bytes <= kInlineBytes;

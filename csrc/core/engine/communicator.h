@@ -187,6 +187,7 @@ class Communicator {
   bool closed_ = false;  // the progress thread has ended every op and dropped the transport
 
   const int creatorPid_;
+  const int creatorFork_;  // forkGeneration() at creation
   CallbackPool callbacks_;
   std::thread progressThread_;
 };
