@@ -65,7 +65,7 @@ std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
-  Call call = begin("broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  Call call = begin("broadcast", c10d::OpType::BROADCAST, opts.timeout, opts.asyncOp);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
   call.recorded = {t};
   checkRoot(call.ctx, opts.rootRank);
@@ -82,7 +82,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& opts) {
-  Call call = begin("all_gather", c10d::OpType::ALLGATHER, opts.timeout);
+  Call call = begin("all_gather", c10d::OpType::ALLGATHER, opts.timeout, opts.asyncOp);
   const at::Tensor& in = singleTensor(call.ctx, inputs);
   call.recorded = {in};
   if (outputs.size() != 1) {
@@ -106,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vec
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::AllgatherOptions& opts) {
-  Call call = begin("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  Call call = begin("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.timeout, opts.asyncOp);
   checkSameDtype(call.ctx, output, input);
   call.title = "all_gather";
   call.recorded = {input};
@@ -129,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& ou
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  Call call = begin("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  Call call = begin("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout, opts.asyncOp);
   call.title = "all_gather";
   call.recorded = inputs;
   if (inputs.empty()) throwValueError(call.ctx, "got an empty input list");
@@ -169,7 +169,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  Call call = begin("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  Call call = begin("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout, opts.asyncOp);
   call.title = "all_gather";
   call.recorded = inputs;
   if (inputs.empty() || inputs.size() != outputs.size()) {
@@ -210,7 +210,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather_into_tensor_coalesce
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::GatherOptions& opts) {
-  Call call = begin("gather", c10d::OpType::GATHER, opts.timeout);
+  Call call = begin("gather", c10d::OpType::GATHER, opts.timeout, opts.asyncOp);
   const at::Tensor& in = singleTensor(call.ctx, inputs);
   call.recorded = {in};
   checkRoot(call.ctx, opts.rootRank);
@@ -240,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor>& outputs,
                                                           std::vector<std::vector<at::Tensor>>& inputs,
                                                           const c10d::ScatterOptions& opts) {
-  Call call = begin("scatter", c10d::OpType::SCATTER, opts.timeout);
+  Call call = begin("scatter", c10d::OpType::SCATTER, opts.timeout, opts.asyncOp);
   const at::Tensor& out = singleTensor(call.ctx, outputs);
   checkRoot(call.ctx, opts.rootRank);
   const bool isRoot = rank_ == opts.rootRank;
@@ -323,7 +323,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall_base(at::Tensor& outp
                                                                 std::vector<int64_t>& outputSplitSizes,
                                                                 std::vector<int64_t>& inputSplitSizes,
                                                                 const c10d::AllToAllOptions& opts) {
-  Call call = begin("all_to_all_single", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  Call call = begin("all_to_all_single", c10d::OpType::ALLTOALL_BASE, opts.timeout, opts.asyncOp);
   checkSameDtype(call.ctx, output, input);
   call.title = "all_to_all";
   call.recorded = {input};
@@ -336,7 +336,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall_base(at::Tensor& outp
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllToAllOptions& opts) {
-  Call call = begin("all_to_all", c10d::OpType::ALLTOALL, opts.timeout);
+  Call call = begin("all_to_all", c10d::OpType::ALLTOALL, opts.timeout, opts.asyncOp);
   call.recorded = inputs;
   checkListLength(call.ctx, inputs.size(), "input");
   checkListLength(call.ctx, outputs.size(), "output");

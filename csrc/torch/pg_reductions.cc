@@ -39,7 +39,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce(std::vector<at::Tens
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
     return allreduceSparse(tensors[0], opts);
   }
-  Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout, opts.asyncOp);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
   call.recorded = {t};
   ReduceOp op = toReduceOp(opts.reduceOp);
@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                       const c10d::AllreduceCoalescedOptions& opts) {
-  Call call = begin("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  Call call = begin("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout, opts.asyncOp);
   checkOneDtype(call.ctx, tensors, "input");
   call.title = "all_reduce";
   call.recorded = tensors;
@@ -76,7 +76,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduce_coalesced(std::vecto
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::ReduceOptions& opts) {
-  Call call = begin("reduce", c10d::OpType::REDUCE, opts.timeout);
+  Call call = begin("reduce", c10d::OpType::REDUCE, opts.timeout, opts.asyncOp);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
   call.recorded = {t};
   checkRoot(call.ctx, opts.rootRank);
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                        const c10d::ReduceScatterOptions& opts) {
-  Call call = begin("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  Call call = begin("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout, opts.asyncOp);
   checkDevice(call.ctx, input);
   checkDevice(call.ctx, output);
   call.recorded = {input};
@@ -126,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_reduce_scatter_base(at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                  std::vector<std::vector<at::Tensor>>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) {
-  Call call = begin("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  Call call = begin("reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout, opts.asyncOp);
   const at::Tensor& out = singleTensor(call.ctx, outputs);
   if (inputs.size() != 1) throwValueError(call.ctx, "expects one input list, got " + std::to_string(inputs.size()));
   checkListLength(call.ctx, inputs[0].size(), "input");
@@ -152,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter(std::vector<at:
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Call call = begin("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  Call call = begin("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout, opts.asyncOp);
   checkOneDtype(call.ctx, inputs, "input");
   checkOneDtype(call.ctx, outputs, "output");
   call.recorded = inputs;

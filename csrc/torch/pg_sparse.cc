@@ -11,7 +11,7 @@
 namespace ringx {
 
 at::Tensor ProcessGroupRingx::gatherAll(const char* op, const at::Tensor& src, std::chrono::milliseconds timeout) {
-  Call call = begin(op, c10d::OpType::ALLGATHER, timeout);
+  Call call = begin(op, c10d::OpType::ALLGATHER, timeout, false);
   call.title.clear();
   at::Tensor in = asParts(src).contiguous().reshape({-1});
   at::Tensor out = at::empty({int64_t(size_) * in.numel()}, in.options());
@@ -25,7 +25,7 @@ at::Tensor ProcessGroupRingx::gatherAll(const char* op, const at::Tensor& src, s
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
-  Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout, opts.asyncOp);
   if (opts.reduceOp != c10d::ReduceOp::SUM) {
     throwValueError(call.ctx, "sparse tensors reduce only with ReduceOp.SUM (as in gloo); densify the tensor "
                               "(.to_dense()) for other ops");

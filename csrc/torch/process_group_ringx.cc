@@ -195,14 +195,14 @@ std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::millisecond
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType type,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout, bool asyncOp) {
   return Call{CallContext{op, rank_, size_, seq_ + 1}, type, timeoutFor(timeout), &seq_, op, {}, {}, SIZE_MAX,
-              held_ ? this : nullptr};
+              !asyncOp, held_ ? this : nullptr};
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
   return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}, {}, SIZE_MAX,
-              held_ ? this : nullptr};
+              false, held_ ? this : nullptr};
 }
 
 CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
@@ -264,6 +264,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
   auto op = std::make_unique<Op>(call.ctx.op, call.ctx.seq, std::move(schedule));
   op->timeout = call.timeout;
   op->bytes = call.bytes;
+  op->callerWaits = call.callerWaits;
   op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
   if (held_) {
     hold(call, std::move(work), std::move(op));
@@ -318,7 +319,7 @@ void ProcessGroupRingx::checkOnThisRankOnly(Call& call, Collective coll, int roo
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOptions& opts) {
-  Call call = begin("barrier", c10d::OpType::BARRIER, opts.timeout);
+  Call call = begin("barrier", c10d::OpType::BARRIER, opts.timeout, opts.asyncOp);
   return submit(call, argsFor(call, Collective::Barrier), {}, {}, nullptr);
 }
 
@@ -327,7 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::barrier(const c10d::BarrierOpt
 // any other (a rank that missed the barrier leaves the group out of step).
 // One profiler record per call, for the arrival.
 void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  Call call = begin("monitored_barrier", c10d::OpType::BARRIER, opts.timeout);
+  Call call = begin("monitored_barrier", c10d::OpType::BARRIER, opts.timeout, opts.asyncOp);
   if (held_) throwValueError(call.ctx, "cannot run inside a coalescing block; call it after the block ends");
   // Both halves use the arrival's sequence number (tags 0 and 1); the
   // release takes the next one, which nothing sends under.

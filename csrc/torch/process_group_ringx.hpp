@@ -155,6 +155,8 @@ class ProcessGroupRingx : public c10d::Backend {
     std::optional<Reduction> reduction;
     // The payload, when known: a small one may run inline in submit.
     size_t bytes = SIZE_MAX;
+    // torch's async_op=False: the caller waits on the Work at once.
+    bool callerWaits = false;
     // Set while a coalescing block is open: a call that raises then ends
     // the block as its exception unwinds (endBlockEarly).
     ProcessGroupRingx* coalescing = nullptr;
@@ -175,7 +177,7 @@ class ProcessGroupRingx : public c10d::Backend {
   // submitted, so a call rejected for bad input on every rank leaves the
   // ranks' numbering (and so their message tags) in step; ctx.seq is the
   // number it would get, for messages until then.
-  Call begin(const char* op, c10d::OpType type, std::chrono::milliseconds timeout);
+  Call begin(const char* op, c10d::OpType type, std::chrono::milliseconds timeout, bool asyncOp);
   // A point-to-point call: numbered on its own, since ranks issue different
   // point-to-point traffic.
   Call beginP2P(const char* op, c10d::OpType type);

@@ -2,6 +2,7 @@
 
 import datetime
 import random
+import time
 import warnings
 
 import torch
@@ -100,3 +101,24 @@ def future_then_collective(seed, count, attach):
 def backend_info():
     return {"backend": dist.get_backend(), "rank": dist.get_rank(),
             "world_size": dist.get_world_size()}
+
+
+def async_progress_after_sync(rounds, count):
+    """A synchronous all_reduce (the caller drives it while one rank arrives late),
+    then an async one the caller does not wait on while it computes: the async op
+    must progress on its own. Returns the ms each async op took to show completed."""
+    rank = dist.get_rank()
+    small = torch.ones(2)
+    took = []
+    for _ in range(rounds):
+        big = torch.full((count,), float(rank + 1))
+        if rank == 1:
+            time.sleep(0.005)
+        dist.all_reduce(small)
+        work = dist.all_reduce(big, async_op=True)
+        start = time.perf_counter()
+        while not work.is_completed() and time.perf_counter() - start < 1.0:
+            time.sleep(0.0005)
+        took.append((time.perf_counter() - start) * 1e3)
+        work.wait()
+    return {"took_ms": took, "big": big}

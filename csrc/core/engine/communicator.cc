@@ -107,6 +107,7 @@ void Communicator::submit(std::unique_ptr<Op> op) {
                     "); create a new process group in the child");
   }
   const bool small = op->bytes <= kInlineBytes;
+  const bool callerWaits = op->callerWaits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -129,16 +130,19 @@ void Communicator::submit(std::unique_ptr<Op> op) {
     pending = hasPending();
   }
   if (pl.owns_lock()) pl.unlock();
-  if (pending && drivers_.load() == 0) handOffSoon();
+  if (pending && !callerWaits && drivers_.load() == 0) handOffSoon();
 }
 
 // An op left unfinished goes to the progress thread one spin budget later
 // unless a caller starts driving first, which is what a synchronous call
 // does at once: the progress thread is not woken for it. Asleep on the
-// doorbell it cannot see the timer, so it is rung at once.
+// doorbell it cannot see the timer, so it is rung at once; parked after a
+// driver left, it is woken at once too, or the op would wait for the park's
+// timeout.
 void Communicator::handOffSoon() {
   std::lock_guard<std::mutex> lock(mu_);
   ++workGen_;
+  if (parked_) parkCv_.notify_all();
   if (bellSleepers_ > 0 && options_.bell) options_.bell->ring();
   if (eventSleepers_ == 0) return;
   itimerspec t{};
