@@ -70,16 +70,17 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test demo testbed bench bench-ddp clean distclean test-faults
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test-system-ucx test demo testbed bench bench-ddp clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
-	@echo "make test        set up, build, run cpp-test, py-test and wheel-test, print a summary"
+	@echo "make test        set up, build, run every suite below (not bench/testbed), print a summary"
 	@echo "make build       pip install the extension into .venv (skipped when nothing changed)"
 	@echo "make cpp-test    Catch2 tests of the torch-free core, through ctest"
 	@echo "make py-test     pytest tests/python"
 	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
 	@echo "make torch-compat  build and test against torch $(TORCH2) too; a wheel beside the other torch"
+	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
 	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
@@ -193,17 +194,64 @@ torch-compat: sysdeps venv $(WHEEL1_STAMP) $(WHEEL2_STAMP)
 	echo "torch-compat: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s"; \
 	exit $$rc
 
+# The site's UCX (issue 13): RDMA clusters bring their own UCX (HPC-X, MOFED,
+# a distro's), which the libucx wheel cannot stand in for. This keeps that path
+# alive against Debian's libucx-dev: the core's Catch2 suite, then the
+# extension built with RINGX_UCX=system into a venv without the libucx wheel,
+# `python -m ringx` naming the system's libucp, and the collectives over the
+# network algorithms and a slice of the default ones.
+SYSUCX_DEB_PKGS := libucx-dev pkg-config
+SYSUCX_VENV := build/venv-system-ucx
+SYSUCX_VPY := $(SYSUCX_VENV)/bin/python
+SYSUCX_REQS := torch==$(TORCH1) scikit-build-core pybind11 ninja pytest numpy
+SYSUCX_VENV_STAMP := $(SYSUCX_VENV)/.stamp-deps-$(call hash,$(SYSUCX_REQS))
+SYSUCX_TESTS := tests/python/test_network_path.py tests/python/test_allreduce.py tests/python/test_collectives_p2p.py
+SYSUCX_TIMEOUT := 900
+
+$(SYSUCX_VENV_STAMP): | sysdeps
+	@test -x $(SYSUCX_VPY) || { echo "test-system-ucx: creating $(SYSUCX_VENV)"; "$(PYTHON)" -m venv $(SYSUCX_VENV); }
+	@echo "test-system-ucx: installing $(SYSUCX_REQS) into $(SYSUCX_VENV)"
+	$(SYSUCX_VPY) -m pip install -q $(SYSUCX_REQS)
+	@rm -f $(SYSUCX_VENV)/.stamp-deps-*
+	@touch $@
+
+test-system-ucx: sysdeps venv $(SYSUCX_VENV_STAMP)
+	@missing=""; for p in $(SYSUCX_DEB_PKGS); do \
+	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "test-system-ucx: installing$$missing"; $(SUDO) apt-get update -q; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@start=$$(date +%s); rc=0; \
+	echo "======== test-system-ucx: the core's tests against UCX $$(pkg-config --modversion ucx) ========"; \
+	$(WITH_VENV) cmake -S . -B build/cpp-system-ucx -G Ninja -DRINGX_BUILD_PYTHON=OFF -DRINGX_BUILD_TESTS=ON \
+	  -DRINGX_UCX=system >/dev/null && \
+	$(WITH_VENV) cmake --build build/cpp-system-ucx -j $(JOBS) && \
+	ldd build/cpp-system-ucx/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp" && \
+	$(WITH_VENV) ctest --test-dir build/cpp-system-ucx --no-tests=error --timeout $(CTEST_TIMEOUT) -Q --output-on-failure || rc=1; \
+	echo "======== test-system-ucx: the extension against it ========"; \
+	PATH="$(CURDIR)/$(SYSUCX_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(SYSUCX_VPY) -m pip install -q \
+	  --no-build-isolation --no-deps -C cmake.define.RINGX_UCX=system -C build-dir=build/system-ucx/{wheel_tag} . || rc=1; \
+	info=$$(cd /tmp && $(CURDIR)/$(SYSUCX_VPY) -m ringx) && echo "$$info" | grep -E "^UCX " && \
+	echo "$$info" | grep -qE "^UCX $$(pkg-config --modversion ucx) \(/.*x86_64-linux-gnu/libucp" || \
+	{ echo "test-system-ucx: python -m ringx does not name the system's UCX"; rc=1; }; \
+	timeout -k 30 $(SYSUCX_TIMEOUT) $(SYSUCX_VPY) -m pytest $(SYSUCX_TESTS) -q -p no:cacheprovider || rc=1; \
+	echo "test-system-ucx: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s"; \
+	exit $$rc
+
 # Each suite's closing line, shown in the summary.
 SUMMARY_cpp-test := tests passed|tests failed|No tests were found
 SUMMARY_py-test := passed|failed|error|no tests ran
 SUMMARY_wheel-test := wheel smoke:
 SUMMARY_test-sanitize := test-sanitize:
 SUMMARY_torch-compat := torch-compat:
+SUMMARY_test-system-ucx := test-system-ucx:
 
 # Runs every suite even when one fails, then says which passed; fails if any did.
 test: sysdeps venv build
 	@mkdir -p build/logs; rc=0; results=(); \
-	for t in cpp-test py-test wheel-test torch-compat test-sanitize; do \
+	for t in cpp-test py-test wheel-test torch-compat test-system-ucx test-sanitize; do \
 	  echo "======== $$t ========"; \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
 	  results+=("$$t|$$s"); \
@@ -214,6 +262,7 @@ test: sysdeps venv build
 	  case $$t in \
 	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
 	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; torch-compat) pat='$(SUMMARY_torch-compat)';; \
+	    test-system-ucx) pat='$(SUMMARY_test-system-ucx)';; \
 	    *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \
 	  last=$$(grep -E "$$pat" "build/logs/$$t.log" | tail -n1 || true); \

@@ -51,6 +51,15 @@ def _torch_in_use():
 
 
 def _load_failure_message(err):
+    import os
+
+    if isinstance(err, ImportError) and str(err).startswith("ringx: "):
+        return str(err)
+    site = os.environ.get("RINGX_UCX_LIBRARY_PATH")
+    if site and "undefined symbol" in str(err):
+        return (f"ringx {__version__} could not load its extension against the UCX in "
+                f"RINGX_UCX_LIBRARY_PATH={site}, which lacks what ringx calls ({err}); rebuild ringx "
+                "against that UCX (README, \"Many hosts\": RINGX_UCX=system) or unset the variable")
     in_use = _torch_in_use()
     if in_use.split("+")[0] == _built_for_torch.split("+")[0]:
         which = f"it was built for torch {_built_for_torch}, and torch {in_use} is in use"
@@ -80,16 +89,72 @@ def _torch_autoload_depth():
     return None
 
 
-try:
-    import libucx
+def _version_tuple(text):
+    parts = []
+    for p in str(text).split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
-    # UCX's libraries live in the libucx wheel; load them before our extension
-    # resolves its symbols against them.
-    libucx.load_library()
+
+def _load_ucx():
+    """Loads the UCX the extension binds to, before the extension: libraries
+    already loaded under UCX's sonames are the ones the loader gives it.
+
+    The libucx wheel's by default; RINGX_UCX_LIBRARY_PATH names the site's (its
+    RDMA transports), and a ringx built against the site's UCX finds it where
+    the system's loader looks. Returns the folder asked for, or None.
+    """
+    import os
+
+    site = os.environ.get("RINGX_UCX_LIBRARY_PATH") or None
+    if site is None and _built_ucx != "system":
+        import libucx
+
+        libucx.load_library()
+        return None
+    import ctypes
+
+    for name in ("libucm.so.0", "libucs.so.0", "libuct.so.0", "libucp.so.0"):
+        path = os.path.join(site, name) if site else name
+        try:
+            # Lazily: libucm and libucs call each other, so the first cannot
+            # bind every function until the second is loaded.
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL | os.RTLD_LAZY)
+        except OSError as err:
+            where = f"RINGX_UCX_LIBRARY_PATH={site}" if site else "the system's library path"
+            raise ImportError(f"ringx: cannot load UCX's {name} from {where}: {err}. Point "
+                              "RINGX_UCX_LIBRARY_PATH at the folder holding the site's libucp.so.0, "
+                              "or unset it to use the libucx wheel's UCX") from err
+    return site
+
+
+def _check_ucx_version(site):
+    """A UCX older than the headers ringx was built with may lack what ringx
+    calls: refuse it with the fix, rather than fail later in a collective."""
+    running = _C._ucx()["version"]
+    if _version_tuple(running) < _version_tuple(_built_ucx_version):
+        where = f"RINGX_UCX_LIBRARY_PATH={site}" if site else "the system's library path"
+        raise ImportError(f"ringx: the UCX from {where} is {running}, older than the UCX "
+                          f"{_built_ucx_version} ringx was built against. Rebuild ringx against it "
+                          "(README, \"Many hosts\": RINGX_UCX=system) or use a newer UCX")
+
+
+try:
+    from ._build_info import ucx as _built_ucx
+    from ._build_info import ucx_version as _built_ucx_version
+except ImportError:
+    _built_ucx, _built_ucx_version = "wheel", "0"
+
+try:
+    _site_ucx = _load_ucx()
 
     import torch.distributed as dist
 
     from . import _C
+
+    if _site_ucx is not None:
+        _check_ucx_version(_site_ucx)
 except Exception as _err:  # noqa: BLE001 - every failure gets the same clear message
     _depth = _torch_autoload_depth()
     if _depth is None:

@@ -48,6 +48,8 @@ def report():
         f"python {platform.python_version()} on {platform.platform()}, "
         f"{_usable_cpus()} of {os.cpu_count()} CPUs usable",
         f"UCX {ucx['version']} ({ucx['library'] or 'library path unknown'})",
+        f"  ringx was built against UCX {_build_info.ucx_version} "
+        f"({'the libucx wheel' if _build_info.ucx == 'wheel' else 'the system'}'s)",
         f"  transports: {', '.join(ucx['transports']) or 'none found'}",
     ]
     if ucx["error"]:

@@ -4,6 +4,8 @@ pairwise all_to_all) even on one host, where the default picks the shared-memory
 algorithms.  Every collective at a small count and at >= 1 MiB, through the same test
 bodies and references as the default suite (called here with worlds of their own)."""
 
+import re
+
 import pytest
 
 import harness
@@ -96,3 +98,20 @@ def test_barriers(net):
 def test_all_reduce_coalesced(net):
     t_coalesced.test_all_reduce_coalesced(net, 3, "float32", "SUM")
     t_coalesced.test_coalescing_manager_reduce_scatter(net, 3, True)
+
+
+def test_info_log_names_the_ucx_in_use_and_each_peers_transports():
+    with harness.World(3, env={"RINGX_SHM": "0", "RINGX_DEBUG": "INFO"}) as world:
+        info = world.run(_ucx_version)
+        text = world.log_text(1)
+    line = re.search(r"ringx: rank 1 on UCX ([\d.]+): ranks 0,2 over (\S+)", text)
+    assert line, text[-4000:]
+    assert line.group(1) == info[1]
+    # Whatever UCX picked between processes of one host, or why it cannot say.
+    assert re.match(r"(\w+/\S+|\(UCX before 1\.14)", line.group(2)), line.group(0)
+
+
+def _ucx_version():
+    import ringx
+
+    return ringx._C._ucx()["version"]

@@ -73,6 +73,7 @@ def test_python_m_ringx_reports_what_a_bug_report_needs():
     assert ucx, out
     assert os.path.basename(ucx.group(2)).startswith("libucp"), ucx.group(2)
     assert os.path.exists(ucx.group(2)), ucx.group(2)
+    assert re.search(r"^  ringx was built against UCX \d+\.\d+\.\d+ \(the (libucx wheel|system)'s\)$", out, re.M), out
     transports = re.search(r"^  transports: (.*)$", out, re.M).group(1).split(", ")
     for tl in ("self", "tcp", "posix"):
         assert any(t.startswith(tl + "/") for t in transports), transports

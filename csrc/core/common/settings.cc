@@ -65,6 +65,12 @@ const std::vector<Setting> kSettings = {
      "probe does. `RINGX_DEBUG=INFO` logs the probe's outcome and why it failed."},
     {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr,
      false, "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
+    {"RINGX_UCX_LIBRARY_PATH", SettingType::Text, "a folder holding `libucp.so.0`", "",
+     "unset (the UCX ringx was built against)", nullptr, false,
+     "Run on the site's UCX (HPC-X, MOFED, a distro's: its InfiniBand/RoCE transports) instead of "
+     "the libucx wheel's; read when ringx is imported. That UCX must be at least as new as the one "
+     "ringx was built against (`python -m ringx` shows both); otherwise rebuild against it "
+     "(README, \"Many hosts\")."},
 };
 
 [[noreturn]] void badValue(const Setting& s, const std::string& v, const char* want) {

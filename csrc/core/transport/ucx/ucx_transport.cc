@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/log.h"
 #include "core/common/topology.h"
 
 namespace ringx {
@@ -130,6 +131,57 @@ class UcxTransport final : public Transport {
     }
     waitUntilAllConnected(store, keyPrefix, failure);
     if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
+    if (logLevel() >= LogLevel::Info) {
+      RINGX_LOG(Info, "ringx: rank " << rank_ << " on UCX " << ucp_get_version_string() << ": " << describeLinks());
+    }
+  }
+
+  // Which UCX transport and device carries each peer: on an RDMA cluster the
+  // first thing to check is that the traffic is on the fabric, not on TCP.
+  // Peers reached alike are listed together.
+  std::string describeLinks() const {
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || !eps_[p]) continue;
+      std::string how = endpointTransports(eps_[p]);
+      auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == how; });
+      if (it == groups.end()) {
+        groups.push_back({how, {p}});
+      } else {
+        it->second.push_back(p);
+      }
+    }
+    std::string out;
+    for (auto& [how, peers] : groups) {
+      out += out.empty() ? "" : "; ";
+      out += peers.size() == 1 ? "rank " : "ranks ";
+      for (size_t i = 0; i < peers.size(); ++i) out += (i ? "," : "") + std::to_string(peers[i]);
+      out += " over " + how;
+    }
+    return out.empty() ? "no peers" : out;
+  }
+
+  static std::string endpointTransports(ucp_ep_h ep) {
+#if UCP_API_VERSION >= UCP_VERSION(1, 14)
+    ucp_transport_entry_t entries[16];
+    ucp_ep_attr_t attr{};
+    attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+    attr.transports.entries = entries;
+    attr.transports.num_entries = 16;
+    attr.transports.entry_size = sizeof(ucp_transport_entry_t);
+    if (ucp_ep_query(ep, &attr) != UCS_OK) return "(transports unknown)";
+    std::vector<std::string> seen;
+    for (unsigned i = 0; i < attr.transports.num_entries; ++i) {
+      std::string t = std::string(entries[i].transport_name) + "/" + entries[i].device_name;
+      if (std::find(seen.begin(), seen.end(), t) == seen.end()) seen.push_back(t);
+    }
+    std::string out;
+    for (auto& t : seen) out += (out.empty() ? "" : " + ") + t;
+    return out.empty() ? "(no transports)" : out;
+#else
+    (void)ep;
+    return "(UCX before 1.14 cannot list an endpoint's transports; UCX_LOG_LEVEL=info shows them)";
+#endif
   }
 
   ~UcxTransport() override {
