@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 RDZV_PORT = 29400
 
@@ -89,6 +90,20 @@ class Testbed:
                     subprocess.run(["tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
                                     "burst", self.burst, "latency", self.latency], check=True, capture_output=True)
 
+    def kill_host(self, host: int) -> None:
+        """SIGKILLs every process of one host at once, as when a machine dies."""
+        pids = subprocess.run(["ip", "netns", "pids", self.names[host]], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def link_down(self, host: int) -> None:
+        """Takes one host's link down without a word to either end, as a pulled cable."""
+        _ip("-n", self.names[host], "link", "set", "eth0", "down")
+
     def destroy(self) -> None:
         """Deletes the namespaces (and with them the links and shaping); safe to call twice."""
         for ns in reversed(self._made):
@@ -97,11 +112,12 @@ class Testbed:
 
     def torchrun(self, ranks_per_host: int, script: str, args: list[str] | None = None,
                  env: dict[str, str] | None = None, timeout: float = 600.0,
-                 torchrun: str | None = None) -> tuple[list[int | None], list[str]]:
+                 torchrun: str | None = None,
+                 done: Callable[[], bool] | None = None) -> tuple[list[int | None], list[str]]:
         """Runs `script` under torchrun on every host; returns (exit codes, logs) per host.
 
-        An exit code of None means the host's ranks were still running at `timeout` and
-        were killed."""
+        An exit code of None means the host's ranks were still running at `timeout`, or
+        when `done()` first returned True, and were killed."""
         torchrun = torchrun or os.path.join(os.path.dirname(sys.executable), "torchrun")
         out = tempfile.mkdtemp(prefix="ringx-testbed-")
         env = dict(os.environ, **(env or {}))
@@ -121,6 +137,8 @@ class Testbed:
                 log.close()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                if done is not None and done():
+                    break
                 time.sleep(0.1)
             codes = [p.poll() for p in procs]
             logs = []
