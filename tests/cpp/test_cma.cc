@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
+#include "core/algorithms/cma_exchange.h"
 #include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/cma.h"
@@ -277,4 +278,43 @@ TEST_CASE(
     v.count = r == 0 ? 2 : 16u << 20;
     CHECK(selectAlgorithm(v, AlgoOverride("")).name == "cma");
   }
+}
+
+TEST_CASE(
+    "a rank reading a peer's buffer stops at the next piece once the peer's engine abandoned the "
+    "op, and fails naming it") {
+  CmaWorld w(2);
+  const size_t n = (8u << 20) / sizeof(float);  // two 4 MiB pieces
+  std::vector<float> owned = input(0, n), got(n, -1.0f);
+  CollIdentity id{};
+  id.seq = 1;
+  id.count = n;
+  id.kind = uint8_t(Collective::Broadcast);
+  id.root = 0;
+  std::vector<std::unique_ptr<CmaExchange>> x;
+  for (int r = 0; r < 2; ++r) {
+    CmaRecord rec;
+    if (r == 0) rec = {reinterpret_cast<uint64_t>(owned.data()), n * sizeof(float), 0};
+    x.push_back(std::make_unique<CmaExchange>(w.areas[r].get(), w.cmas[r].get(),
+                                              w.areas[r]->reserveChunks(1), id, rec, 0));
+  }
+  x[1]->setPlan([&](CmaExchange& e) { e.addRead(0, e.record(0).addr, got.data(), e.record(0).bytes); });
+  REQUIRE(x[0]->publish());
+  REQUIRE(x[1]->publish());
+  REQUIRE(x[0]->match());
+  REQUIRE(x[1]->match());
+  REQUIRE_FALSE(x[1]->transfer());  // the first piece
+  CHECK(got[0] == value(0, 0));
+  // Rank 0 timed out: its caller has the buffer back and writes into it.
+  x[0]->abandon();
+  std::fill(owned.begin(), owned.end(), -7.0f);
+  REQUIRE(x[1]->transfer());
+  try {
+    while (!x[1]->finish()) {
+    }
+    FAIL("the reader finished as if the abandoned buffer were whole");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rank 0 failed"));
+  }
+  CHECK(std::count(got.begin(), got.end(), -7.0f) == 0);
 }

@@ -193,3 +193,23 @@ TEST_CASE("RINGX_ALGO overrides the cost model and rejects unknown names") {
   REQUIRE_THROWS_WITH(AlgoOverride("nope"), Catch::Contains("names no algorithm"));
   REQUIRE_THROWS_WITH(AlgoOverride("all_reduce:binomial"), Catch::Contains("choose from: ring"));
 }
+
+TEST_CASE("an op the engine ends early withdraws what it exposed before its caller hears of it") {
+  // A poll step that never completes, so the op times out, and one that does.
+  for (bool finishes : {false, true}) {
+    auto comms = makeWorld(1, 100ms);
+    Schedule s(DType::F32, ReduceOp::Sum);
+    s.poll([finishes] { return finishes; }, nullptr);
+    auto withdrawn = std::make_shared<std::atomic<bool>>(false);
+    s.onAbandon([withdrawn] { withdrawn->store(true); });
+    auto promise = std::make_shared<std::promise<std::pair<bool, bool>>>();
+    auto op = std::make_unique<Op>("broadcast", 1, std::move(s));
+    // What the caller sees at the moment it gets its buffer back.
+    op->onDone = [promise, withdrawn](const Error* e) { promise->set_value({e != nullptr, withdrawn->load()}); };
+    auto seen = promise->get_future();
+    comms[0]->submit(std::move(op));
+    auto [failed, withdrawnFirst] = seen.get();
+    CHECK(failed == !finishes);
+    CHECK(withdrawnFirst == !finishes);
+  }
+}

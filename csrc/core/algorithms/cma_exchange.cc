@@ -1,6 +1,7 @@
 #include "core/algorithms/cma_exchange.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/algorithms/registry.h"
@@ -38,6 +39,7 @@ bool CmaExchange::publish() {
   const int me = rank();
   std::memcpy(shm_->opRecord(me, which_), &published_, sizeof(published_));
   shm_->header(me, which_) = mine_;
+  publishedOwn_ = true;
   shm_->counter(me).store(2 * id_ - 1, std::memory_order_release);
   shm_->ring();
   nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
@@ -69,7 +71,7 @@ bool CmaExchange::match() {
     if (failedSameCall(theirs)) {
       if (!failedPeer) failedPeer = p;
     } else {
-      theirs.flags &= uint8_t(~kFailedAfterPublishing);
+      theirs.flags &= uint8_t(~(kFailedAfterPublishing | kWithdrawn));
       if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)));
     }
     std::memcpy(&records_[size_t(p)], shm_->opRecord(p, which_), sizeof(CmaRecord));
@@ -102,10 +104,23 @@ bool CmaExchange::transfer() {
     const Transfer& t = transfers_[next_];
     const size_t n = std::min(budget, t.bytes - offset_);
     try {
+      // Checked around every piece: a peer whose engine abandoned the op
+      // (its timeout) has its buffer back, and a piece read from it after
+      // that may hold anything. A write is checked before it only, which
+      // leaves one piece's time for the peer's caller to reuse the buffer.
+      if (t.peer != rank() && !stillPublished(t.peer)) {
+        fail(peerFailed(t.peer));
+        break;
+      }
       if (t.write) {
         cma_->write(t.peer, t.remote + offset_, t.local + offset_, n);
       } else {
         cma_->read(t.peer, t.local + offset_, t.remote + offset_, n);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (t.peer != rank() && !stillPublished(t.peer)) {
+          fail(peerFailed(t.peer));
+          break;
+        }
       }
     } catch (const Error& e) {
       // A peer whose process is gone copies nothing any more: finish need
@@ -162,8 +177,24 @@ bool CmaExchange::finish() {
     if (!dead_[size_t(p)] && failedSameCall(shm_->header(p, which_))) fail(peerFailed(p));
   }
   if (failure_) throw *failure_;
+  finished_ = true;
   shm_->finishChunk(id_);
   return true;
+}
+
+void CmaExchange::abandon() {
+  if (!publishedOwn_ || finished_) return;
+  shm_->header(rank(), which_).flags |= kFailedAfterPublishing | kWithdrawn;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// A peer that failed but still waits for its peers keeps its buffer: only a
+// withdrawn one (or one already in another call) does not.
+bool CmaExchange::stillPublished(int peer) const {
+  CollIdentity theirs = shm_->header(peer, which_);
+  if (theirs.flags & kWithdrawn) return false;
+  theirs.flags &= uint8_t(~kFailedAfterPublishing);
+  return theirs == mine_;
 }
 
 void CmaExchange::checkAlive(const std::vector<int>& ranks) {
@@ -181,7 +212,7 @@ void CmaExchange::checkAlive(const std::vector<int>& ranks) {
 
 bool CmaExchange::failedSameCall(const CollIdentity& theirs) const {
   CollIdentity unflagged = theirs;
-  unflagged.flags &= uint8_t(~kFailedAfterPublishing);
+  unflagged.flags &= uint8_t(~(kFailedAfterPublishing | kWithdrawn));
   return (theirs.flags & kFailedAfterPublishing) && unflagged == mine_;
 }
 
@@ -200,6 +231,7 @@ StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdent
                       CmaRecord published, CmaExchange::Plan plan, StepId after, int root) {
   auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published, root);
   x->setPlan(std::move(plan));
+  s.onAbandon([x] { x->abandon(); });
   StepId step = s.poll([x] { return x->publish(); }, [x] { return x->publishWaitsFor(); }, {after});
   step = s.poll([x] { return x->match(); }, [x] { return x->matchWaitsFor(); }, {step});
   step = s.poll([x] { return x->transfer(); }, nullptr, {step});

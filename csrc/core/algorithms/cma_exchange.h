@@ -90,6 +90,10 @@ class CmaExchange {
 
   // Records why the op fails; the first reason wins.
   void fail(const Error& e);
+  // The engine ended the op before finish(): its buffer goes back to the
+  // caller, so peers that read it from now on would take whatever the caller
+  // puts there. Marks the header withdrawn, which they check at each piece.
+  void abandon();
   using Plan = std::function<void(CmaExchange&)>;
   void setPlan(Plan plan) { plan_ = std::move(plan); }
 
@@ -107,6 +111,9 @@ class CmaExchange {
   bool doneWith(int peer) const;
   // Whether a peer's header is this call's, marked as failed (step 3).
   bool failedSameCall(const CollIdentity& theirs) const;
+  // Whether `peer` still stands behind the buffer it published for this
+  // chunk: not withdrawn, not moved on to another call.
+  bool stillPublished(int peer) const;
   Error peerFailed(int peer) const;
 
   ShmArea* shm_;
@@ -121,6 +128,8 @@ class CmaExchange {
   std::vector<Transfer> transfers_;
   size_t next_ = 0;
   size_t offset_ = 0;
+  bool publishedOwn_ = false;
+  bool finished_ = false;
   std::vector<bool> dead_;
   std::optional<Error> failure_;
   std::chrono::steady_clock::time_point nextAliveCheck_{};

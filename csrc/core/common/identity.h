@@ -51,6 +51,10 @@ inline constexpr uint8_t kRejected = 2;
 // for the peers that copy into its buffer or wait on its share
 // (core/algorithms/cma_exchange.h).
 inline constexpr uint8_t kFailedAfterPublishing = 4;
+// Set with kFailedAfterPublishing when the engine ended such an exchange early
+// (a timeout): its buffer went back to its caller, so no peer may copy from
+// or into it any more.
+inline constexpr uint8_t kWithdrawn = 8;
 
 // Plain bytes, the same layout in every process of one build: it is copied
 // into shared memory and onto the wire as it is.

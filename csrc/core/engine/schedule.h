@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common/types.h"
@@ -101,6 +102,14 @@ class Schedule {
     return fn ? fn() : std::vector<int>{};
   }
 
+  // Run when the engine ends the op before its steps do (a timeout, an
+  // abort, another op's failure), before the caller gets its buffers back:
+  // what a step exposed to peers is withdrawn here.
+  void onAbandon(std::function<void()> fn) { abandon_.push_back(std::move(fn)); }
+  void abandon() {
+    for (auto& fn : std::exchange(abandon_, {})) fn();
+  }
+
   // Scratch memory owned by the schedule (receive slots, staging copies).
   std::byte* scratch(size_t bytes) {
     scratch_.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
@@ -140,6 +149,7 @@ class Schedule {
     }
     for (auto& p : other.polls_) polls_.push_back(std::move(p));
     for (auto& b : other.scratch_) scratch_.push_back(std::move(b));
+    for (auto& fn : other.abandon_) abandon_.push_back(std::move(fn));
     algorithm_ += (algorithm_.empty() ? "" : "+") + other.algorithm_;
     other = Schedule(other.dtype_, other.op_);
   }
@@ -169,6 +179,7 @@ class Schedule {
     WaitingOnFn waitingOn;
   };
   std::vector<PollStep> polls_;
+  std::vector<std::function<void()>> abandon_;
 };
 
 }  // namespace ringx
