@@ -163,6 +163,53 @@ TEST_CASE("a dead peer fails every survivor's pending operation with a closed er
   });
 }
 
+TEST_CASE("a peer that finished its part and left does not fail a call the others still complete") {
+  const int size = 3;
+  auto world = makeLoopbackWorld(size);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  CommOptions opts;
+  opts.timeout = 5s;
+  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  std::atomic<bool> left{false};
+  onEachRank(size, [&](int r) {
+    float mine = float(r + 1);
+    std::vector<float> got(2, 0.0f);
+    Schedule s(DType::F32, ReduceOp::Sum);
+    if (r == 0) {
+      s.recv(2, 7, &got[1], sizeof(float));
+      s.recv(1, 7, &got[0], sizeof(float));
+    } else {
+      s.send(0, 7, &mine, sizeof(float));
+    }
+    if (r == 1) {
+      // Rank 2 has delivered its part and gone before rank 1 sends.
+      while (!left) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(300ms);  // three peer checks
+    }
+    auto err = runOp(*comms[r], "gather", 1, std::move(s));
+    RANK_REQUIRE_SAYING((err ? err->what() : ""), !err);
+    if (r == 2) {
+      std::this_thread::sleep_for(100ms);  // its message has reached rank 0
+      world.kill(2);
+      left = true;
+      return;
+    }
+    if (r == 0) {
+      RANK_REQUIRE(got[0] == 2.0f);
+      RANK_REQUIRE(got[1] == 3.0f);
+    }
+    // A call that needs the departed rank fails at the next peer check.
+    Schedule again(DType::F32, ReduceOp::Sum);
+    again.recv(2, 8, &got[0], sizeof(float));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto err2 = runOp(*comms[r], "gather", 2, std::move(again));
+    RANK_REQUIRE(err2);
+    RANK_REQUIRE_SAYING(err2->what(), err2->kind() == ErrorKind::PeerClosed);
+    RANK_REQUIRE_SAYING(err2->what(), std::string(err2->what()).find("connection to rank 2 closed") != std::string::npos);
+    RANK_REQUIRE(std::chrono::steady_clock::now() - t0 < 1s);
+  });
+}
+
 TEST_CASE("ranks passing different element counts get a size error, not an overrun") {
   const int size = 2;
   auto comms = makeWorld(size, 2s);

@@ -51,7 +51,7 @@ class CheckingTransport final : public Transport {
   int eventFd() const override { return inner_->eventFd(); }
   bool arm() override { return inner_->arm(); }
   void checkPeers() override { inner_->checkPeers(); }
-  int firstFailedPeer() const override { return inner_->firstFailedPeer(); }
+  std::vector<int> failedPeers() const override { return inner_->failedPeers(); }
 
   std::atomic<int> cancelsInsideCallbacks{0};
   std::atomic<int> cancels{0};

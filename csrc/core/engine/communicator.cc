@@ -46,6 +46,7 @@ const char* stepKindName(StepKind k) {
 struct Communicator::Active {
   std::unique_ptr<Op> op;
   std::vector<uint32_t> remaining;
+  std::vector<bool> done;
   std::deque<StepId> ready;
   std::unordered_map<StepId, TransferId> inflight;
   std::vector<StepId> polling;
@@ -256,6 +257,7 @@ bool Communicator::startSubmitted() {
     auto a = std::make_unique<Active>();
     const Schedule& s = op->schedule;
     a->remaining = s.depCounts();
+    a->done.assign(a->remaining.size(), false);
     for (StepId i = 0; i < a->remaining.size(); ++i) {
       if (a->remaining[i] == 0) a->ready.push_back(i);
     }
@@ -379,6 +381,7 @@ void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
 
 void Communicator::stepDone(Active& a, StepId id) {
   ++a.stepsDone;
+  a.done[id] = true;
   for (StepId d : a.op->schedule.dependents()[id]) {
     if (--a.remaining[d] == 0) a.ready.push_back(d);
   }
@@ -522,15 +525,39 @@ std::string Communicator::describeAwaited(const Active& a) const {
 // shared-memory steps and sends to a same-host peer get no signal of their
 // own, and the ranks that wait on a survivor would otherwise sit out the
 // timeout for a collective that can no longer complete.
+// An op that still has something to do with a closed peer fails at once;
+// the others get a grace period first. A rank that finished its part and left
+// (destroy_process_group right after its last call) closes its connections
+// while slower peers complete that call among themselves; but when the peer
+// crashed, ops that wait on a survivor which waits on it would otherwise only
+// time out. The failure then poisons the rest, as any other.
 void Communicator::failOnDeadPeer() {
-  const int dead = transport_->firstFailedPeer();
-  if (dead < 0) return;
-  for (auto& a : active_) {
-    if (!a->ended) {
-      fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed");
-      return;
+  const auto now = Clock::now();
+  const auto grace = std::min<Clock::duration>(std::chrono::seconds(1), options_.timeout / 4);
+  for (int dead : transport_->failedPeers()) {
+    const auto since = deadSince_.try_emplace(dead, now).first->second;
+    for (auto& a : active_) {
+      if (!a->ended && (stillNeeds(*a, dead) || now - since >= grace)) {
+        fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed");
+        return;
+      }
     }
   }
+}
+
+// Shared-memory steps count as needing every peer: which ranks a poll will
+// wait on is known only once it runs, and a local peer's death is seen by
+// its pid, when it has exited, not when it left the group.
+bool Communicator::stillNeeds(const Active& a, int peer) const {
+  const auto& steps = a.op->schedule.steps();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (a.done[i]) continue;
+    const Step& st = steps[i];
+    if (st.kind == StepKind::Poll) return true;
+    if ((st.kind == StepKind::Send || st.kind == StepKind::Recv) && (st.peer == peer || st.peer == kAnySource))
+      return true;
+  }
+  return false;
 }
 
 void Communicator::checkDeadlines() {

@@ -46,6 +46,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -130,6 +131,7 @@ class Communicator {
   bool runPolls(Active& a);
   bool poll(Active& a, StepId id);
   void failOnDeadPeer();
+  bool stillNeeds(const Active& a, int peer) const;
   void post(Active& a, StepId id);
   void stepDone(Active& a, StepId id);
   void onTransfer(Active& a, StepId id, const TransferResult& r);
@@ -184,6 +186,8 @@ class Communicator {
   std::optional<Error> poisonPending_;
   bool cancelPending_ = false;
   Clock::time_point nextPeerCheck_;
+  // When each closed peer was first seen closed (progress thread only).
+  std::map<int, Clock::time_point> deadSince_;
   bool closed_ = false;  // the progress thread has ended every op and dropped the transport
 
   const int creatorPid_;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/common/types.h"
@@ -78,8 +79,8 @@ class Transport {
   // pending.
   virtual void checkPeers() {}
 
-  // Peers whose connection failed, or -1 if none.
-  virtual int firstFailedPeer() const = 0;
+  // Peers whose connection failed, in rank order.
+  virtual std::vector<int> failedPeers() const = 0;
 };
 
 }  // namespace ringx

@@ -192,11 +192,12 @@ class LoopbackTransport final : public Transport {
     return self.completions.empty();
   }
 
-  int firstFailedPeer() const override {
+  std::vector<int> failedPeers() const override {
+    std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {
-      if (fabric_->boxes[r].dead) return r;
+      if (fabric_->boxes[r].dead) peers.push_back(r);
     }
-    return -1;
+    return peers;
   }
 
  private:

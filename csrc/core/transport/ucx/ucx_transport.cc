@@ -313,11 +313,12 @@ class UcxTransport final : public Transport {
     }
   }
 
-  int firstFailedPeer() const override {
+  std::vector<int> failedPeers() const override {
+    std::vector<int> peers;
     for (int p = 0; p < size_; ++p) {
-      if (failed_[p]) return p;
+      if (failed_[p]) peers.push_back(p);
     }
-    return -1;
+    return peers;
   }
 
  private:
