@@ -14,12 +14,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::unique_ptr<Communicator>> makeWorld(int size, std::chrono::milliseconds timeout = 20s) {
+// Communicators over `world`'s transports, which it keeps for kill().
+std::vector<std::unique_ptr<Communicator>> communicatorsOver(LoopbackWorld& world, std::chrono::milliseconds timeout) {
   std::vector<std::unique_ptr<Communicator>> comms;
   CommOptions opts;
   opts.timeout = timeout;
-  for (auto& t : makeLoopbackWorld(size).transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
   return comms;
+}
+
+std::vector<std::unique_ptr<Communicator>> makeWorld(int size, std::chrono::milliseconds timeout = 20s) {
+  auto world = makeLoopbackWorld(size);
+  return communicatorsOver(world, timeout);
 }
 
 const Algorithm& algorithmNamed(Collective coll, std::string_view name) {
@@ -139,10 +145,7 @@ TEST_CASE("a rank that never joins makes the others time out naming it") {
 TEST_CASE("a dead peer fails every survivor's pending operation with a closed error naming it") {
   const int size = 3;
   auto world = makeLoopbackWorld(size);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  CommOptions opts;
-  opts.timeout = 2s;
-  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  auto comms = communicatorsOver(world, 2s);
   onEachRank(size, [&](int r) {
     if (r == 1) {
       std::this_thread::sleep_for(100ms);
@@ -166,10 +169,7 @@ TEST_CASE("a dead peer fails every survivor's pending operation with a closed er
 TEST_CASE("a peer that finished its part and left does not fail a call the others still complete") {
   const int size = 3;
   auto world = makeLoopbackWorld(size);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  CommOptions opts;
-  opts.timeout = 5s;
-  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  auto comms = communicatorsOver(world, 5s);
   std::atomic<bool> left{false};
   onEachRank(size, [&](int r) {
     float mine = float(r + 1);
