@@ -521,16 +521,14 @@ std::string Communicator::describeAwaited(const Active& a) const {
   return "waiting for rank(s) " + list + " to receive";
 }
 
-// A dead peer fails every pending op, not only the transfers that name it:
-// shared-memory steps and sends to a same-host peer get no signal of their
-// own, and the ranks that wait on a survivor would otherwise sit out the
-// timeout for a collective that can no longer complete.
-// An op that still has something to do with a closed peer fails at once;
-// the others get a grace period first. A rank that finished its part and left
-// (destroy_process_group right after its last call) closes its connections
-// while slower peers complete that call among themselves; but when the peer
-// crashed, ops that wait on a survivor which waits on it would otherwise only
-// time out. The failure then poisons the rest, as any other.
+// A dead peer fails not only the transfers that name it: shared-memory steps
+// and sends to a same-host peer get no signal of their own, and the ranks
+// that wait on a survivor would otherwise sit out the timeout for a
+// collective that can no longer complete. An op that still has something to
+// do with the peer fails at once; the others after a grace period, because a
+// rank that finished its part and left (destroy_process_group right after its
+// last call) closes its connections while slower peers complete that call
+// among themselves. The failure then poisons the rest, as any other.
 void Communicator::failOnDeadPeer() {
   const auto now = Clock::now();
   const auto grace = std::min<Clock::duration>(std::chrono::seconds(1), options_.timeout / 4);
