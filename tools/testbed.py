@@ -110,21 +110,25 @@ class Testbed:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self._made = []
 
-    def torchrun(self, ranks_per_host: int, script: str, args: list[str] | None = None,
+    def torchrun(self, ranks_per_host: int | list[int], script: str, args: list[str] | None = None,
                  env: dict[str, str] | None = None, timeout: float = 600.0,
                  torchrun: str | None = None,
                  done: Callable[[], bool] | None = None) -> tuple[list[int | None], list[str]]:
         """Runs `script` under torchrun on every host; returns (exit codes, logs) per host.
 
         An exit code of None means the host's ranks were still running at `timeout`, or
-        when `done()` first returned True, and were killed."""
+        when `done()` first returned True, and were killed. `ranks_per_host` may list a
+        number per host (uneven hosts)."""
+        per_host = ranks_per_host if isinstance(ranks_per_host, list) else [ranks_per_host] * self.hosts
+        if len(per_host) != self.hosts:
+            raise ValueError(f"testbed: {len(per_host)} rank counts for {self.hosts} hosts")
         torchrun = torchrun or os.path.join(os.path.dirname(sys.executable), "torchrun")
         out = tempfile.mkdtemp(prefix="ringx-testbed-")
         env = dict(os.environ, **(env or {}))
         procs = []
         try:
             for i, ns in enumerate(self.names):
-                cmd = [torchrun, f"--nnodes={self.hosts}", f"--nproc-per-node={ranks_per_host}",
+                cmd = [torchrun, f"--nnodes={self.hosts}", f"--nproc-per-node={per_host[i]}",
                        "--rdzv-backend=c10d", f"--rdzv-endpoint={self.addresses[0]}:{RDZV_PORT}",
                        "--rdzv-id=testbed", f"--rdzv-conf=is_host={1 if i == 0 else 0}",
                        f"--local-addr={self.addresses[i]}", script, *(args or [])]

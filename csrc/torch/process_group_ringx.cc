@@ -105,6 +105,15 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       shm_ = ShmArea::create(adapter, prefix, rank, size, slot);
       if (shm_) copts.bell = shm_->bell();
       if (shm_) cma_ = Cma::create(adapter, prefix, rank, size, cmaMode);
+      HostLayout layout = HostLayout::of(topology_, rank);
+      if (!shm_ && layout.hosts) {
+        hostShm_ = ShmArea::create(adapter, prefix + "/host" + std::to_string(layout.host), layout.localRank,
+                                   layout.localSize(), slot);
+        hostShm_->setGroupRanks(layout.local);
+        layout.shm = hostShm_.get();
+        copts.bell = hostShm_->bell();
+        hostLayout_ = std::move(layout);
+      }
     }
     comm_ = std::make_shared<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
   } catch (const Error& e) {
@@ -121,8 +130,10 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
                                                                                    : settingText("RINGX_TLS")) +
                                                  ")")
                                   << (shm_ || topology_.singleHost() ? ""
-                                                                     : ", shared memory being used only when "
-                                                                       "every rank of the group is on one host"));
+                                      : hostShm_ ? ", and the ranks on its host through shared memory too "
+                                                   "(hierarchical algorithms)"
+                                                 : ", shared memory being used only where every host has the "
+                                                   "same number (at least 2) of the group's ranks"));
 }
 
 ProcessGroupRingx::~ProcessGroupRingx() {
@@ -210,6 +221,8 @@ CollArgs ProcessGroupRingx::argsFor(const Call& call, Collective coll) const {
   a.segmentBytes = segmentBytes_;
   a.shm = shm_.get();
   a.cma = cma_.get();
+  a.crossHost = !topology_.singleHost();
+  a.hosts = hostLayout_.hosts ? &hostLayout_ : nullptr;
   return a;
 }
 

@@ -45,6 +45,7 @@
 #include <tuple>
 
 #include "core/algorithms/coll_args.h"
+#include "core/algorithms/host_layout.h"
 #include "core/common/topology.h"
 #include "core/engine/communicator.h"
 #include "core/select/select.h"
@@ -231,11 +232,16 @@ class ProcessGroupRingx : public c10d::Backend {
                         const std::vector<int64_t>& inputSplitSizes) const;
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
 
-  // Declared before comm_ so that it outlives the progress thread.
+  // Declared before comm_ so that they outlive the progress thread. shm_
+  // when every rank is on this host; hostShm_ (this host's ranks only) when
+  // the group spans hosts with the same number of ranks on each.
   std::unique_ptr<ShmArea> shm_;
+  std::unique_ptr<ShmArea> hostShm_;
   std::unique_ptr<Cma> cma_;
   // Which ranks share a host (learnt once, at creation).
   Topology topology_;
+  // For the hierarchical algorithms; hosts == 0 where they do not apply.
+  HostLayout hostLayout_;
   // Shared with the Works, whose wait() drives it.
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;

@@ -41,9 +41,23 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     for r in range(4):
         assert f"testbed rank {r}/4 on host{r // 2}: ok" in text, text[-6000:]
     assert "2 hosts: host 0 = ranks 0-1; host 1 = ranks 2-3" in text, text[-6000:]
+    # Two ranks on each host: all_reduce runs hierarchically.
+    assert re.search(r"all_reduce \(rank \d, seq \d+\): algorithm hier", text), text[-6000:]
     # The other host's ranks are reached over TCP on the test bed's link.
     assert re.search(r"rank 0 on UCX [\d.]+: .*ranks 2,3 over [^;]*tcp/eth0", text), text[-6000:]
     assert namespaces() == before
+
+
+def test_uneven_hosts_compute_right_without_the_hierarchical_algorithms():
+    with testbed.Testbed(2) as tb:
+        codes, logs = tb.torchrun([3, 1], os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
+                                  timeout=300)
+    text = "\n".join(logs)
+    assert codes == [0, 0], text[-6000:]
+    for r in range(4):
+        assert re.search(rf"testbed rank {r}/4 on host\d: ok", text), text[-6000:]
+    assert re.search(r"2 hosts: host 0 = ranks 0-2; host 1 = ranks? 3", text), text[-6000:]
+    assert "algorithm hier" not in text, text[-6000:]
 
 
 def test_testbed_removes_its_namespaces_when_the_body_raises():

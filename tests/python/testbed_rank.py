@@ -1,5 +1,7 @@
 """One rank of test_testbed.py, started by torchrun on a test-bed host: checks every
-collective kind across hosts against closed forms and prints one line per rank."""
+collective kind across hosts against closed forms, all_reduce over the ops, dtypes and
+sizes the hierarchical algorithm cuts differently (empty, fewer elements than ranks,
+several shared-memory chunks, in flight together), and prints one line per rank."""
 
 import datetime
 import os
@@ -26,6 +28,32 @@ for count in (1, 1000, 300000):
     dist.broadcast(b, src=world - 1)
     if not torch.equal(b, torch.full((count,), float(world - 1))):
         wrong.append(f"broadcast {count}")
+
+
+def inputs(count, dtype, r):
+    return (torch.arange(count, dtype=torch.int64) % 13 + r + 1).to(dtype)
+
+
+ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+       "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}
+for count in (0, 3, 1001, 600011):
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for name, op in ops.items():
+            if name == "avg" and not dtype.is_floating_point:
+                continue
+            # Several calls in flight at once, each checked against the reference.
+            pending = []
+            for k in range(2):
+                t = inputs(count, dtype, rank) + k
+                pending.append((t, dist.all_reduce(t, op=op, async_op=True), k))
+            for t, work, k in pending:
+                work.wait()
+                every = torch.stack([inputs(count, torch.float64, q) + k for q in range(world)])
+                want = {"sum": every.sum(0), "max": every.max(0).values, "min": every.min(0).values,
+                        "product": every.prod(0), "avg": every.mean(0)}[name]
+                tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
+                if not torch.allclose(t.double(), want, rtol=tol, atol=tol):
+                    wrong.append(f"all_reduce {name} {dtype} {count}")
 dist.barrier()
 print(f"testbed rank {rank}/{world} on {socket.gethostname()}: {'ok' if not wrong else 'WRONG ' + ', '.join(wrong)}",
       flush=True)

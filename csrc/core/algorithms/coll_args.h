@@ -12,6 +12,7 @@ namespace ringx {
 
 class Cma;
 class ShmArea;
+struct HostLayout;
 
 struct CollArgs {
   CollArgs(Collective coll, int rank, int size, uint64_t seq) : coll(coll), rank(rank), size(size), seq(seq) {}
@@ -43,6 +44,11 @@ struct CollArgs {
   // Single-copy reads of peers' memory, when every rank can make them; only
   // with `shm`.
   const Cma* cma = nullptr;
+  // The group spans hosts: the network algorithms cross a slower link (the
+  // cost model's inter-host constants apply).
+  bool crossHost = false;
+  // Set when the hierarchical algorithms apply (core/algorithms/host_layout.h).
+  const HostLayout* hosts = nullptr;
 
   size_t bytes() const { return count * dtypeSize(dtype); }
 };

@@ -10,6 +10,7 @@ bool always(const CollArgs&) { return true; }
 bool sharedMemory(const CollArgs& a) { return a.shm != nullptr; }
 bool sharedMemoryEvenBlocks(const CollArgs& a) { return a.shm != nullptr && a.evenSplits; }
 bool singleCopy(const CollArgs& a) { return a.shm != nullptr && a.cma != nullptr; }
+bool hierarchical(const CollArgs& a) { return a.hosts != nullptr; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,
@@ -26,6 +27,11 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::AllReduce,
               "two-shot through shared memory: copy in, fused n-way reduce of 1/n per rank, copy out",
               "all ranks on one host", &sharedMemory, &buildAllReduceShm},
+    Algorithm{"hier", Collective::AllReduce,
+              "shared-memory reduce-scatter on each host, an all-reduce among the ranks with the same local rank "
+              "on every host (all at once), shared-memory all-gather",
+              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              &buildAllReduceHier},
     Algorithm{"binomial", Collective::Broadcast, "pipelined binomial tree from the root", "any root",
               &always, &buildBroadcastBinomial},
     Algorithm{"shm", Collective::Broadcast,

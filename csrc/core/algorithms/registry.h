@@ -30,6 +30,7 @@ Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildAllReduceShm(const CollArgs& a);
 Schedule buildAllReduceRabenseifner(const CollArgs& a);
+Schedule buildAllReduceHier(const CollArgs& a);
 Schedule buildBroadcastShm(const CollArgs& a);
 Schedule buildAllGatherShm(const CollArgs& a);
 Schedule buildAllToAllShm(const CollArgs& a);

@@ -96,6 +96,12 @@ class Schedule {
     polls_.push_back({std::move(ready), std::move(waitingOn)});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
+  // A step that does nothing but wait for `deps`: where a later phase of an
+  // op starts once every last step of the earlier one is done.
+  StepId join(std::span<const StepId> deps) {
+    polls_.push_back({[] { return true; }, nullptr});
+    return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
+  }
   bool runPoll(const Step& step) const { return polls_[size_t(step.peer)].ready(); }
   std::vector<int> pollWaitingOn(const Step& step) const {
     const auto& fn = polls_[size_t(step.peer)].waitingOn;
@@ -152,6 +158,32 @@ class Schedule {
     for (auto& fn : other.abandon_) abandon_.push_back(std::move(fn));
     algorithm_ += (algorithm_.empty() ? "" : "+") + other.algorithm_;
     other = Schedule(other.dtype_, other.op_);
+  }
+
+  // Takes over `other` as a later phase of this op: its steps that depend on
+  // nothing wait for `after` instead. Returns the steps of `other` that no
+  // step depends on (its last ones), for what must wait for it in turn. Same
+  // rule on dtype, op and scale factor as append().
+  std::vector<StepId> appendAfter(Schedule&& other, StepId after) {
+    const StepId base = StepId(steps_.size());
+    append(std::move(other));
+    std::vector<StepId> last;
+    for (StepId id = base; id < steps_.size(); ++id) {
+      if (depCount_[id] == 0 && after != kNoStep) addDependency(after, id);
+      if (dependents_[id].empty()) last.push_back(id);
+    }
+    return last;
+  }
+
+  // Renames the peers of every Send and Recv: `groupRank[p]` for peer p. A
+  // schedule built for a subset of the group's ranks (numbered 0..k-1) then
+  // talks to the group ranks they stand for.
+  void mapPeers(const std::vector<int>& groupRank) {
+    for (Step& st : steps_) {
+      if ((st.kind == StepKind::Send || st.kind == StepKind::Recv) && st.peer >= 0) {
+        st.peer = groupRank[size_t(st.peer)];
+      }
+    }
   }
 
   void setScaleFactor(double f) { scaleFactor_ = f; }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/algorithms/host_layout.h"
 #include "core/common/error.h"
 #include "core/transport/shm/shm_area.h"
 
@@ -36,6 +37,16 @@ struct Constants {
   double cmaSyncUs = 5.0;
   double cmaCallUs = 0.5;
   double cmaUsPerByte = 1.0 / 11000.0;
+  // Between hosts (a group that spans several), measured on the namespace
+  // test bed with 1 Gbit/s links (benchmarks/testbed.py): alpha is the
+  // one-way time of an 8-byte send/recv between ranks on two hosts (66 us),
+  // beta the inverse of one TCP stream's rate each way (117 MB/s). The
+  // algorithms that move the whole buffer (or half of it) as one message per
+  // round reached 70% of that rate over UCX's TCP transport where the
+  // segmented ring reached all of it, hence their efficiency factor.
+  double interAlphaUs = 66.0;
+  double interBetaUsPerByte = 1.0 / 117.0;
+  double interWholeMessageEfficiency = 0.7;
 };
 constexpr Constants kCost{};
 
@@ -95,15 +106,35 @@ std::string_view AlgoOverride::forCollective(Collective coll) const { return per
 
 double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double n = a.size, N = double(a.bytes());
+  // The network algorithms' per-message and per-byte costs: a group that
+  // spans hosts is as slow as its inter-host link.
+  const double alpha = a.crossHost ? kCost.interAlphaUs : kCost.alphaUs;
+  const double beta = a.crossHost ? kCost.interBetaUsPerByte : kCost.betaUsPerByte;
+  const double wholeBeta = a.crossHost ? beta / kCost.interWholeMessageEfficiency : beta;
   const double lg = std::ceil(std::log2(std::max(1.0, n)));
   // Slot-sized chunks of `bytes`, for the shared-memory algorithms (a.shm set).
   auto shmChunks = [&](double bytes) { return std::max(1.0, std::ceil(bytes / double(a.shm->slotBytes()))); };
   // The power-of-two all-reduces: p ranks take part, the others fold in and out.
   const double p = std::exp2(std::floor(std::log2(std::max(1.0, n))));
-  const double foldUs = p == n ? 0 : 2 * (kCost.alphaUs + N * kCost.betaUsPerByte);
+  const double foldUs = p == n ? 0 : 2 * (alpha + N * beta);
   if (alg.build == &buildAllReduceRing) {
-    return 2 * (n - 1) * kCost.alphaUs + 2 * (n - 1) / n * N * kCost.betaUsPerByte +
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * N * beta +
            (n - 1) / n * N * kCost.gammaUsPerByte;
+  }
+  if (alg.build == &buildAllReduceHier) {
+    // Two shared-memory passes over this host's L ranks (copy in, reduce
+    // 1/L; copy 1/L in, copy all out), then the cheapest flat all-reduce
+    // among the hosts. Every local rank's share crosses the host's one link,
+    // so that part is costed with the whole buffer.
+    const HostLayout& h = *a.hosts;
+    const double L = h.localSize();
+    const double chunks = std::max(1.0, std::ceil(N / double(h.shm->slotBytes())));
+    const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
+    CollArgs across(Collective::AllReduce, h.host, h.hosts, a.seq);
+    across.dtype = a.dtype;
+    across.count = a.count;
+    across.crossHost = true;
+    return local + estimateUs(cheapestAlgorithm(across), across);
   }
   if (alg.build == &buildAllReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy
@@ -142,7 +173,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
            N / n * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllGatherRing) {
-    return (n - 1) * (kCost.alphaUs + N * kCost.betaUsPerByte);
+    return (n - 1) * (alpha + N * beta);
   }
   if (alg.build == &buildAllGatherShm) {
     // N is one block: copied in once, and all n copied out.
@@ -155,7 +186,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return chunks * 2 * kCost.shmSyncUs + 2 * N * kCost.copyUsPerByte;
   }
   if (alg.build == &buildReduceScatterRing) {
-    return (n - 1) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte));
+    return (n - 1) * (alpha + N * (beta + kCost.gammaUsPerByte));
   }
   if (alg.build == &buildReduceScatterShm) {
     // N is one block: every rank copies in n blocks and reduces one from n.
@@ -176,13 +207,13 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildAllReduceRabenseifner) {
-    return 2 * std::log2(p) * kCost.alphaUs + 2 * (p - 1) / p * N * kCost.betaUsPerByte +
+    return 2 * std::log2(p) * alpha + 2 * (p - 1) / p * N * wholeBeta +
            (p - 1) / p * N * kCost.gammaUsPerByte + foldUs;
   }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
-    return std::log2(p) * (kCost.alphaUs + N * (kCost.betaUsPerByte + kCost.gammaUsPerByte)) + foldUs;
+    return std::log2(p) * (alpha + N * (wholeBeta + kCost.gammaUsPerByte)) + foldUs;
   }
-  return lg * (kCost.alphaUs + N * kCost.betaUsPerByte);
+  return lg * (alpha + N * beta);
 }
 
 const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override) {
@@ -191,6 +222,10 @@ const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& overr
     const Algorithm* alg = find(args.coll, forced);
     if (alg && alg->applies(args)) return *alg;
   }
+  return cheapestAlgorithm(args);
+}
+
+const Algorithm& cheapestAlgorithm(const CollArgs& args) {
   const Algorithm* best = nullptr;
   double bestUs = std::numeric_limits<double>::infinity();
   for (const auto& alg : algorithms()) {

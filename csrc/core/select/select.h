@@ -27,4 +27,8 @@ double estimateUs(const Algorithm& alg, const CollArgs& args);
 
 const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override);
 
+// The model's choice alone, for the algorithms that pick their own parts
+// (the inter-host phase of a hierarchical one).
+const Algorithm& cheapestAlgorithm(const CollArgs& args);
+
 }  // namespace ringx

@@ -116,7 +116,7 @@ bool ShmArea::allReached(uint64_t value) const {
 std::vector<int> ShmArea::behind(uint64_t value) const {
   std::vector<int> ranks;
   for (int p = 0; p < size_; ++p) {
-    if (counters_[p]->load(std::memory_order_acquire) < value) ranks.push_back(p);
+    if (counters_[p]->load(std::memory_order_acquire) < value) ranks.push_back(groupRank(p));
   }
   return ranks;
 }
@@ -132,7 +132,7 @@ bool ShmArea::slotFree(uint64_t id) const {
 std::vector<int> ShmArea::holdingSlot(uint64_t id) const {
   std::vector<int> ranks;
   for (int p = 0; p < size_ && id > 2; ++p) {
-    if (released_[p]->load(std::memory_order_acquire) < id - 2) ranks.push_back(p);
+    if (released_[p]->load(std::memory_order_acquire) < id - 2) ranks.push_back(groupRank(p));
   }
   return ranks;
 }
@@ -143,7 +143,7 @@ void ShmArea::checkSameOp(int which, const SlotHeader& mine) const {
 
 void ShmArea::checkSameOp(int rank, int which, const SlotHeader& mine) const {
   const SlotHeader theirs = header(rank, which);
-  if (theirs != mine) throw Error(ErrorKind::InvalidArgument, mismatch(mine, theirs, rank));
+  if (theirs != mine) throw Error(ErrorKind::InvalidArgument, mismatch(mine, theirs, groupRank(rank)));
 }
 
 }  // namespace ringx

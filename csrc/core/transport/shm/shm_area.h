@@ -37,6 +37,13 @@ class ShmArea {
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
 
+  // An area may serve part of a group (the ranks of one host, for the
+  // hierarchical algorithms): `ranks[i]` is the group rank of area rank i.
+  // What the area reports about ranks (who is behind, who differs) is then in
+  // group ranks, as the engine and error messages expect. Default: the same.
+  void setGroupRanks(std::vector<int> ranks) { groupRanks_ = std::move(ranks); }
+  int groupRank(int areaRank) const { return groupRanks_.empty() ? areaRank : groupRanks_[size_t(areaRank)]; }
+
   // Which collective a rank's chunk in a slot belongs to (kind, seq, root,
   // op, dtype, count), so peers can tell that the ranks called different
   // things instead of combining mismatched bytes. Written before the counter
@@ -46,7 +53,7 @@ class ShmArea {
   // Throws ErrorKind::InvalidArgument naming the first rank whose header in
   // slot `which` differs from `mine`, and what differs.
   void checkSameOp(int which, const SlotHeader& mine) const;
-  // The same for one rank's header.
+  // The same for one area rank's header.
   void checkSameOp(int rank, int which, const SlotHeader& mine) const;
 
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
@@ -58,7 +65,7 @@ class ShmArea {
   std::byte* opRecord(int rank, int which) const;
   std::atomic<uint64_t>& counter(int rank) const { return *counters_[rank]; }
   bool allReached(uint64_t value) const;
-  // The ranks whose counter is still below `value`.
+  // The (group) ranks whose counter is still below `value`.
   std::vector<int> behind(uint64_t value) const;
 
   // The last chunk a rank has finished reading every slot for. A rank may
@@ -79,6 +86,7 @@ class ShmArea {
   // that a peer asleep on the doorbell looks again.
   void ring() { bell_->ring(); }
   FutexBell* bell() const { return bell_.get(); }
+  // The (group) ranks that still hold the slot chunk `id` needs.
   std::vector<int> holdingSlot(uint64_t id) const;
 
   // Chunks are numbered across all ops that use the area, in submission
@@ -103,6 +111,7 @@ class ShmArea {
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<std::atomic<uint64_t>*> released_;
   std::vector<SlotHeader*> headers_;
+  std::vector<int> groupRanks_;
   std::unique_ptr<FutexBell> bell_;
   std::atomic<uint64_t> nextChunk_{1};
   std::atomic<uint64_t> chunksDone_{0};

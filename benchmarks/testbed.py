@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""all_reduce across hosts on the namespace test bed (tools/testbed.py): ringx's
+hierarchical algorithm against its flat ones and gloo, and against the link's bound.
+
+    python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
+    python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
+    python benchmarks/testbed.py --json docs/bench/testbed.json
+
+Each configuration runs in the same torchrun job: the default group is ringx with its
+own choice (the cost model: hierarchical where it applies), and further groups over the
+same ranks force a flat algorithm through RINGX_ALGO (ring, rabenseifner) or use gloo.
+Before every call the ranks meet in a barrier on a separate gloo group; a call's time
+is the slowest rank's, and the table gives the median over --iters calls (p10-p90
+beside it). The configurations take turns call by call, so drift falls on all alike.
+
+The link rate is measured, not assumed: before the job, one TCP stream each way
+between host 0 and host 1 at once, through the same shaped links. The bound for an
+all_reduce of N bytes is N / rate: with every host's partial sum crossing its link
+once each way, nothing faster is possible for two hosts (2 (H-1)/H N for H hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+
+SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
+FLAT = ("ring", "rabenseifner")
+
+_STREAM = r"""
+import socket, sys, time
+role, addr, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+chunk = memoryview(bytearray(1 << 20))
+if role == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, 29555)); s.listen(1)
+    print("ready", flush=True)
+    c, _ = s.accept(); got = 0
+    while got < nbytes:
+        n = c.recv_into(chunk); got += n
+        if not n: break
+    c.sendall(b"x"); print(got, flush=True)
+else:
+    for _ in range(100):
+        try:
+            c = socket.create_connection((addr, 29555)); break
+        except OSError:
+            time.sleep(0.05)
+    t = time.perf_counter(); sent = 0
+    while sent < nbytes:
+        c.sendall(chunk); sent += len(chunk)
+    c.recv(1); print(sent / (time.perf_counter() - t), flush=True)
+"""
+
+
+def measure_link(tb, nbytes: int) -> float:
+    """Bytes/s each way, with one TCP stream each way between hosts 0 and 1 at once."""
+    def run_in(ns, *args):
+        return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", _STREAM, *args],
+                                stdout=subprocess.PIPE, text=True)
+    servers = [run_in(tb.names[1], "serve", tb.addresses[1], str(nbytes)),
+               run_in(tb.names[0], "serve", tb.addresses[0], str(nbytes))]
+    for s in servers:
+        assert s.stdout.readline().strip() == "ready"
+    clients = [run_in(tb.names[0], "send", tb.addresses[1], str(nbytes)),
+               run_in(tb.names[1], "send", tb.addresses[0], str(nbytes))]
+    rates = [float(c.communicate(timeout=120)[0].strip()) for c in clients]
+    for s in servers:
+        s.communicate(timeout=30)
+    return min(rates)
+
+
+def worker(args) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import ringx  # noqa: F401
+
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("ringx", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {"ringx": None}
+    for alg in FLAT:
+        os.environ["RINGX_ALGO"] = f"all_reduce:{alg}"
+        groups[f"ringx {alg}"] = dist.new_group(backend="ringx", timeout=timeout)
+    os.environ.pop("RINGX_ALGO")
+    groups["gloo"] = dist.new_group(backend="gloo", timeout=timeout)
+    sync = dist.new_group(backend="gloo", timeout=timeout)
+    # One-way latency between rank 0 and the last rank (another host): half
+    # the median round trip of an 8-byte send/recv, the model's inter-host alpha.
+    peer = world - 1
+    msg = torch.zeros(2)
+    rtts = []
+    for i in range(args.pingpongs + 1):
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(msg, peer)
+            dist.recv(msg, peer)
+        elif rank == peer:
+            dist.recv(msg, 0)
+            dist.send(msg, 0)
+        if i:
+            rtts.append(time.perf_counter() - start)
+    results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None}
+    for label, nbytes in SIZES.items():
+        iters = args.iters if nbytes < (16 << 20) else args.big_iters
+        t = torch.ones(nbytes // 4)
+        times = {name: [] for name in groups}
+        for i in range(iters + 1):
+            for name, g in groups.items():
+                t.fill_(float(rank + 1))
+                dist.barrier(group=sync)
+                start = time.perf_counter()
+                dist.all_reduce(t, group=g)
+                took = time.perf_counter() - start
+                if t[0].item() != world * (world + 1) / 2:
+                    raise SystemExit(f"{name} {label}: wrong result {t[0].item()}")
+                slowest = torch.tensor([took], dtype=torch.float64)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
+                if i:  # the first call of each warms up connections and buffers
+                    times[name].append(slowest.item())
+        results[label] = times
+    if rank == 0:
+        print("RESULT " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks-per-host", type=int, default=2)
+    ap.add_argument("--rate", default="1gbit", help="tc rate of every host's link ('none': unshaped)")
+    ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
+    ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
+    ap.add_argument("--pingpongs", type=int, default=200, help="round trips for the one-way latency")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return 0
+
+    import testbed
+
+    rate = None if args.rate == "none" else args.rate
+    with testbed.Testbed(args.hosts, rate=rate) as tb:
+        link = measure_link(tb, 32 << 20) if args.hosts > 1 else float("nan")
+        codes, logs = tb.torchrun(args.ranks_per_host, os.path.abspath(__file__),
+                                  ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
+                                   "--pingpongs", str(args.pingpongs)],
+                                  env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800)
+    found = [line for log in logs for line in log.splitlines() if line.startswith("RESULT ")]
+    if codes != [0] * args.hosts or not found:
+        for i, log in enumerate(logs):
+            print(f"===== host{i} (exit {codes[i]})\n{log[-6000:]}")
+        return 1
+    results = json.loads(found[0][len("RESULT "):])
+    one_way_us = results.pop("one_way_us")
+    layout = f"{args.hosts} hosts x {args.ranks_per_host} ranks"
+    print(f"all_reduce float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
+          f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
+          f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
+    print(f"{'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} {'/ flat':>7} {'bound %':>8}")
+    table = []
+    for label, times in results.items():
+        nbytes = SIZES[label]
+        med = {name: statistics.median(v) for name, v in times.items()}
+        best_flat = min(med[f"ringx {a}"] for a in FLAT)
+        bound = nbytes * 2 * (args.hosts - 1) / args.hosts / link if args.hosts > 1 else float("nan")
+        for name, v in times.items():
+            row = {"size": label, "bytes": nbytes, "config": name, "median_s": med[name], "p10_s": pct(v, 0.1),
+                   "p90_s": pct(v, 0.9), "vs_gloo": med[name] / med["gloo"],
+                   "vs_best_flat": med[name] / best_flat, "bound_s": bound,
+                   "of_bound": bound / med[name]}
+            table.append(row)
+            print(f"{label:>6} {name:>18} {med[name] * 1e3:10.2f} "
+                  f"{row['p10_s'] * 1e3:7.2f}-{row['p90_s'] * 1e3:<8.2f} {row['vs_gloo']:7.2f} "
+                  f"{row['vs_best_flat']:7.2f} {100 * row['of_bound']:7.0f}%")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "rate": rate,
+                       "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
+                       "rows": table, "raw": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+// The hierarchical all-reduce over a group laid out on simulated hosts:
+// ranks are threads, each "host" a shared-memory area of its own ranks, the
+// inter-host part over the in-process transport.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/algorithms/host_layout.h"
+#include "core/algorithms/identity.h"
+#include "core/select/select.h"
+#include "core/transport/loopback/loopback_transport.h"
+#include "core/transport/shm/shm_area.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// `hostOf[r]` is rank r's host; ranks need not be contiguous per host.
+struct HostsWorld {
+  explicit HostsWorld(std::vector<int> hostOf, std::chrono::milliseconds timeout = 20s)
+      : size(int(hostOf.size())), world(makeLoopbackWorld(size)), areas(size_t(size)), layouts(size_t(size)) {
+    topology.hostOf = std::move(hostOf);
+    onEachRank(size, [&](int r) {
+      HostLayout h = HostLayout::of(topology, r);
+      if (!h.hosts) return;
+      areas[size_t(r)] = ShmArea::create(store, "host" + std::to_string(h.host), h.localRank, h.localSize(), 4096);
+      areas[size_t(r)]->setGroupRanks(h.local);
+      h.shm = areas[size_t(r)].get();
+      layouts[size_t(r)] = std::move(h);
+    });
+    CommOptions opts;
+    opts.timeout = timeout;
+    for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  }
+  // The communicators go first: their progress threads read the areas.
+  ~HostsWorld() { comms.clear(); }
+
+  CollArgs args(int r, uint64_t seq) const {
+    CollArgs a{Collective::AllReduce, r, size, seq};
+    a.crossHost = true;
+    a.hosts = layouts[size_t(r)].hosts ? &layouts[size_t(r)] : nullptr;
+    a.segmentBytes = 4096;
+    return a;
+  }
+
+  int size;
+  Topology topology;
+  LoopbackWorld world;
+  MemoryStore store;
+  std::vector<std::unique_ptr<ShmArea>> areas;
+  std::vector<HostLayout> layouts;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+const Algorithm& hier() {
+  for (const auto& alg : algorithms()) {
+    if (alg.coll == Collective::AllReduce && alg.name == "hier") return alg;
+  }
+  throw std::logic_error("no hier all_reduce registered");
+}
+
+float input(int rank, size_t i, int call) { return float((rank + 1) * 3 + int(i % 11) + call); }
+
+}  // namespace
+
+TEST_CASE("hierarchical all_reduce matches the closed form on every host layout, op, count and call") {
+  auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{0, 0, 0, 1, 1, 1},
+                         std::vector<int>{2, 0, 1, 0, 1, 2});
+  auto count = GENERATE(size_t{1}, size_t{5}, size_t{1003}, size_t{20011});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(hostOf, count, reduceOpName(op));
+  HostsWorld w(hostOf);
+  onEachRank(w.size, [&](int r) {
+    RANK_REQUIRE(w.layouts[size_t(r)].hosts);
+    // Calls in a row, with a flat all-reduce between them on the same
+    // communicator: chunk numbering and tags carry across ops.
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = input(r, i, call);
+      CollArgs a = w.args(r, uint64_t(2 * call + 1));
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.buf = buf.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[size_t(r)], "all_reduce", a.seq, buildChecked(hier(), a)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = op == ReduceOp::Max ? input(0, i, call) : 0;
+        for (int q = 0; q < w.size; ++q) {
+          const float v = input(q, i, call);
+          want = op == ReduceOp::Max ? std::max(want, v) : want + v;
+        }
+        if (op == ReduceOp::Avg) want /= float(w.size);
+        if (op == ReduceOp::PremulSum) want *= 0.5f;
+        if (std::abs(buf[i] - want) > 1e-5f * std::abs(want)) {
+          RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+        }
+      }
+      std::vector<float> flat(7, float(r));
+      CollArgs b = w.args(r, uint64_t(2 * call + 2));
+      b.buf = flat.data();
+      b.count = flat.size();
+      b.hosts = nullptr;
+      RANK_REQUIRE_NO_ERROR(
+          runOp(*w.comms[size_t(r)], "all_reduce", b.seq, buildChecked(cheapestAlgorithm(b), b)));
+      RANK_REQUIRE(flat[0] == float(w.size * (w.size - 1) / 2));
+    }
+  });
+}
+
+TEST_CASE("hierarchical all_reduce fails on every rank when one host's ranks passed a different count") {
+  HostsWorld w({0, 0, 1, 1}, 2s);
+  onEachRank(w.size, [&](int r) {
+    std::vector<float> buf(r >= 2 ? 3000 : 2000, 1.0f);
+    CollArgs a = w.args(r, 1);
+    a.buf = buf.data();
+    a.count = buf.size();
+    auto err = runOp(*w.comms[size_t(r)], "all_reduce", 1, buildChecked(hier(), a));
+    RANK_REQUIRE(err);
+    RANK_REQUIRE_SAYING(err->what(), err->kind() == ErrorKind::InvalidArgument);
+  });
+}
+
+TEST_CASE("hierarchical all_reduce names the group rank a local peer stalls on when it times out") {
+  HostsWorld w({0, 1, 0, 1}, 300ms);
+  onEachRank(w.size, [&](int r) {
+    if (r == 2) return;  // rank 2, local rank 1 of host 0, never calls
+    std::vector<float> buf(100, 1.0f);
+    CollArgs a = w.args(r, 1);
+    a.buf = buf.data();
+    a.count = buf.size();
+    auto err = runOp(*w.comms[size_t(r)], "all_reduce", 1, buildChecked(hier(), a));
+    RANK_REQUIRE(err);
+    if (r == 0) {
+      RANK_REQUIRE_SAYING(err->what(), err->kind() == ErrorKind::Timeout);
+      RANK_REQUIRE_SAYING(err->what(), err->awaited() == std::vector<int>{2});
+    }
+  });
+}
+
+TEST_CASE("the hierarchical layout applies only to several hosts with the same number (at least 2) of ranks") {
+  auto layoutOf = [](std::vector<int> hostOf, int rank) {
+    Topology t;
+    t.hostOf = std::move(hostOf);
+    return HostLayout::of(t, rank);
+  };
+  REQUIRE(layoutOf({0, 0, 0, 1}, 0).hosts == 0);
+  REQUIRE(layoutOf({0, 1, 2, 3}, 0).hosts == 0);
+  REQUIRE(layoutOf({0, 0, 0, 0}, 0).hosts == 0);
+  const HostLayout h = layoutOf({0, 1, 0, 1, 2, 2}, 3);
+  REQUIRE(h.hosts == 3);
+  REQUIRE(h.host == 1);
+  REQUIRE(h.localRank == 1);
+  REQUIRE(h.local == std::vector<int>{1, 3});
+  REQUIRE(h.across == std::vector<int>{2, 3, 5});
+}
+
+TEST_CASE("the cost model prefers the hierarchical all_reduce across hosts, small and large") {
+  HostsWorld w({0, 0, 1, 1});
+  for (size_t count : {size_t{1}, size_t{1024}, size_t{16} << 20}) {
+    CollArgs a = w.args(0, 1);
+    a.count = count;
+    CAPTURE(count);
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "hier");
+    REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:ring")).name == "ring");
+  }
+}
