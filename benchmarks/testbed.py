@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""all_reduce across hosts on the namespace test bed (tools/testbed.py): ringx's
-hierarchical algorithm against its flat ones and gloo, and against the link's bound.
+"""all_reduce, all_gather and reduce_scatter across hosts on the namespace test bed
+(tools/testbed.py): ringx's hierarchical algorithms against its flat ones and gloo,
+and against the link's bound.
 
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
@@ -13,10 +14,11 @@ Before every call the ranks meet in a barrier on a separate gloo group; a call's
 is the slowest rank's, and the table gives the median over --iters calls (p10-p90
 beside it). The configurations take turns call by call, so drift falls on all alike.
 
-The link rate is measured, not assumed: before the job, one TCP stream each way
-between host 0 and host 1 at once, through the same shaped links. The bound for an
-all_reduce of N bytes is N / rate: with every host's partial sum crossing its link
-once each way, nothing faster is possible for two hosts (2 (H-1)/H N for H hosts).
+Sizes are the whole buffer: all_reduce's, all_gather's output, reduce_scatter's
+input. The link rate is measured, not assumed: before the job, one TCP stream each
+way between host 0 and host 1 at once, through the same shaped links. The bound is
+the bytes that must cross one host's link each way over that rate: 2 (H-1)/H N for
+all_reduce (each host's partial sum out, the total back), (H-1)/H N for the others.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 
 SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
-FLAT = ("ring", "rabenseifner")
+# The flat algorithms forced for comparison (RINGX_ALGO); rabenseifner is all_reduce's.
+FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner"}
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter"
 
 _STREAM = r"""
 import socket, sys, time
@@ -89,9 +93,9 @@ def worker(args) -> None:
     dist.init_process_group("ringx", timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"ringx": None}
-    for alg in FLAT:
-        os.environ["RINGX_ALGO"] = f"all_reduce:{alg}"
-        groups[f"ringx {alg}"] = dist.new_group(backend="ringx", timeout=timeout)
+    for name, spec in FLAT.items():
+        os.environ["RINGX_ALGO"] = spec
+        groups[name] = dist.new_group(backend="ringx", timeout=timeout)
     os.environ.pop("RINGX_ALGO")
     groups["gloo"] = dist.new_group(backend="gloo", timeout=timeout)
     sync = dist.new_group(backend="gloo", timeout=timeout)
@@ -111,27 +115,55 @@ def worker(args) -> None:
         if i:
             rtts.append(time.perf_counter() - start)
     results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None}
-    for label, nbytes in SIZES.items():
-        iters = args.iters if nbytes < (16 << 20) else args.big_iters
-        t = torch.ones(nbytes // 4)
-        times = {name: [] for name in groups}
-        for i in range(iters + 1):
-            for name, g in groups.items():
-                t.fill_(float(rank + 1))
-                dist.barrier(group=sync)
-                start = time.perf_counter()
-                dist.all_reduce(t, group=g)
-                took = time.perf_counter() - start
-                if t[0].item() != world * (world + 1) / 2:
-                    raise SystemExit(f"{name} {label}: wrong result {t[0].item()}")
-                slowest = torch.tensor([took], dtype=torch.float64)
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
-                if i:  # the first call of each warms up connections and buffers
-                    times[name].append(slowest.item())
-        results[label] = times
+    for coll in args.collectives.split(","):
+        for label, nbytes in SIZES.items():
+            iters = args.iters if nbytes < (16 << 20) else args.big_iters
+            elems = nbytes // 4  # the whole buffer: all_gather's output, reduce_scatter's input
+            names = [n for n in groups if n != "ringx rabenseifner" or coll == "all_reduce"]
+            times = {name: [] for name in names}
+            for i in range(iters + 1):
+                for name in names:
+                    took = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}")
+                    slowest = torch.tensor([took], dtype=torch.float64)
+                    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
+                    if i:  # the first call of each warms up connections and buffers
+                        times[name].append(slowest.item())
+            results[f"{coll} {label}"] = times
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
     dist.destroy_process_group()
+
+
+def call(dist, torch, coll, elems, rank, world, group, sync, what) -> float:
+    """One collective on `group` after a barrier on `sync`; checks its result and
+    returns this rank's time in seconds."""
+    block = elems // world
+    if coll == "all_reduce":
+        t = torch.full((elems,), float(rank + 1))
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.all_reduce(t, group=group)
+        took = time.perf_counter() - start
+        ok = t[0].item() == world * (world + 1) / 2 and t[-1].item() == t[0].item()
+    elif coll == "all_gather":
+        out = torch.empty(block * world)
+        src = torch.full((block,), float(rank))
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.all_gather_into_tensor(out, src, group=group)
+        took = time.perf_counter() - start
+        ok = all(out[q * block].item() == q for q in range(world))
+    else:
+        src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank
+        out = torch.empty(block)
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.reduce_scatter_tensor(out, src, group=group)
+        took = time.perf_counter() - start
+        ok = out[0].item() == world * rank + world * (world - 1) / 2
+    if not ok:
+        raise SystemExit(f"{what}: wrong result on rank {rank}")
+    return took
 
 
 def pct(v, q):
@@ -147,6 +179,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
     ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
     ap.add_argument("--pingpongs", type=int, default=200, help="round trips for the one-way latency")
+    ap.add_argument("--collectives", default=COLLECTIVES, help=f"comma separated (default {COLLECTIVES})")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -161,7 +194,7 @@ def main() -> int:
         link = measure_link(tb, 32 << 20) if args.hosts > 1 else float("nan")
         codes, logs = tb.torchrun(args.ranks_per_host, os.path.abspath(__file__),
                                   ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
-                                   "--pingpongs", str(args.pingpongs)],
+                                   "--pingpongs", str(args.pingpongs), "--collectives", args.collectives],
                                   env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800)
     found = [line for log in logs for line in log.splitlines() if line.startswith("RESULT ")]
     if codes != [0] * args.hosts or not found:
@@ -174,20 +207,24 @@ def main() -> int:
     print(f"all_reduce float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
-    print(f"{'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} {'/ flat':>7} {'bound %':>8}")
+    print(f"{'collective':>14} {'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} "
+          f"{'/ flat':>7} {'bound %':>8}")
     table = []
-    for label, times in results.items():
+    for key, times in results.items():
+        coll, label = key.split()
         nbytes = SIZES[label]
         med = {name: statistics.median(v) for name, v in times.items()}
-        best_flat = min(med[f"ringx {a}"] for a in FLAT)
-        bound = nbytes * 2 * (args.hosts - 1) / args.hosts / link if args.hosts > 1 else float("nan")
+        best_flat = min(med[name] for name in times if name in FLAT)
+        # What must cross one host's link each way: all_reduce 2 (H-1)/H N, the
+        # others (H-1)/H N (N the whole buffer).
+        crossing = nbytes * (args.hosts - 1) / args.hosts * (2 if coll == "all_reduce" else 1)
+        bound = crossing / link if args.hosts > 1 else float("nan")
         for name, v in times.items():
-            row = {"size": label, "bytes": nbytes, "config": name, "median_s": med[name], "p10_s": pct(v, 0.1),
-                   "p90_s": pct(v, 0.9), "vs_gloo": med[name] / med["gloo"],
-                   "vs_best_flat": med[name] / best_flat, "bound_s": bound,
-                   "of_bound": bound / med[name]}
+            row = {"collective": coll, "size": label, "bytes": nbytes, "config": name, "median_s": med[name],
+                   "p10_s": pct(v, 0.1), "p90_s": pct(v, 0.9), "vs_gloo": med[name] / med["gloo"],
+                   "vs_best_flat": med[name] / best_flat, "bound_s": bound, "of_bound": bound / med[name]}
             table.append(row)
-            print(f"{label:>6} {name:>18} {med[name] * 1e3:10.2f} "
+            print(f"{coll:>14} {label:>6} {name:>18} {med[name] * 1e3:10.2f} "
                   f"{row['p10_s'] * 1e3:7.2f}-{row['p90_s'] * 1e3:<8.2f} {row['vs_gloo']:7.2f} "
                   f"{row['vs_best_flat']:7.2f} {100 * row['of_bound']:7.0f}%")
     if args.json:

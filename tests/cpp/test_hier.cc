@@ -55,11 +55,11 @@ struct HostsWorld {
   std::vector<std::unique_ptr<Communicator>> comms;
 };
 
-const Algorithm& hier() {
+const Algorithm& hier(Collective coll = Collective::AllReduce) {
   for (const auto& alg : algorithms()) {
-    if (alg.coll == Collective::AllReduce && alg.name == "hier") return alg;
+    if (alg.coll == coll && alg.name == "hier") return alg;
   }
-  throw std::logic_error("no hier all_reduce registered");
+  throw std::logic_error("no hier algorithm registered");
 }
 
 float input(int rank, size_t i, int call) { return float((rank + 1) * 3 + int(i % 11) + call); }
@@ -106,6 +106,75 @@ TEST_CASE("hierarchical all_reduce matches the closed form on every host layout,
       RANK_REQUIRE_NO_ERROR(
           runOp(*w.comms[size_t(r)], "all_reduce", b.seq, buildChecked(cheapestAlgorithm(b), b)));
       RANK_REQUIRE(flat[0] == float(w.size * (w.size - 1) / 2));
+    }
+  });
+}
+
+TEST_CASE("hierarchical all_gather puts every rank's block in place, in and out of place, on every layout") {
+  auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{2, 0, 1, 0, 1, 2});
+  auto count = GENERATE(size_t{1}, size_t{5}, size_t{3001});
+  auto inPlace = GENERATE(false, true);
+  CAPTURE(hostOf, count, inPlace);
+  HostsWorld w(hostOf);
+  const int n = w.size;
+  onEachRank(n, [&](int r) {
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> in(count), out(size_t(n) * count, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = input(r, i, call);
+      if (inPlace) std::copy(in.begin(), in.end(), out.begin() + long(size_t(r) * count));
+      CollArgs a = w.args(r, uint64_t(call + 1));
+      a.coll = Collective::AllGather;
+      a.input = inPlace ? nullptr : in.data();
+      a.buf = out.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(
+          runOp(*w.comms[size_t(r)], "all_gather", a.seq, buildChecked(hier(Collective::AllGather), a)));
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < count; ++i) {
+          if (out[size_t(q) * count + i] != input(q, i, call)) {
+            RANK_FAIL("rank " << r << " block " << q << " element " << i << " got " << out[size_t(q) * count + i]);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("hierarchical reduce_scatter gives rank r block r of the reduction, for every layout and op") {
+  auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{2, 0, 1, 0, 1, 2});
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{3001});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(hostOf, count, reduceOpName(op));
+  HostsWorld w(hostOf);
+  const int n = w.size;
+  // Rank q's input element i of block b.
+  auto value = [](int q, int b, size_t i, int call) { return float(q * 7 + b * 3 + int(i % 5) + call); };
+  onEachRank(n, [&](int r) {
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> in(size_t(n) * count), out(count, -1.0f);
+      for (int b = 0; b < n; ++b) {
+        for (size_t i = 0; i < count; ++i) in[size_t(b) * count + i] = value(r, b, i, call);
+      }
+      CollArgs a = w.args(r, uint64_t(call + 1));
+      a.coll = Collective::ReduceScatter;
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.input = in.data();
+      a.buf = out.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(
+          runOp(*w.comms[size_t(r)], "reduce_scatter", a.seq, buildChecked(hier(Collective::ReduceScatter), a)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = op == ReduceOp::Max ? value(0, r, i, call) : 0;
+        for (int q = 0; q < n; ++q) {
+          want = op == ReduceOp::Max ? std::max(want, value(q, r, i, call)) : want + value(q, r, i, call);
+        }
+        if (op == ReduceOp::Avg) want /= float(n);
+        if (op == ReduceOp::PremulSum) want *= 0.5f;
+        if (std::abs(out[i] - want) > 1e-5f * std::abs(want)) {
+          RANK_FAIL("rank " << r << " element " << i << " got " << out[i] << " want " << want);
+        }
+      }
     }
   });
 }
@@ -157,13 +226,15 @@ TEST_CASE("the hierarchical layout applies only to several hosts with the same n
   REQUIRE(h.across == std::vector<int>{2, 3, 5});
 }
 
-TEST_CASE("the cost model prefers the hierarchical all_reduce across hosts, small and large") {
+TEST_CASE("the cost model prefers the hierarchical algorithms across hosts, small and large") {
   HostsWorld w({0, 0, 1, 1});
+  auto coll = GENERATE(Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter);
   for (size_t count : {size_t{1}, size_t{1024}, size_t{16} << 20}) {
     CollArgs a = w.args(0, 1);
+    a.coll = coll;
     a.count = count;
-    CAPTURE(count);
+    CAPTURE(collectiveName(coll), count);
     REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "hier");
-    REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:ring")).name == "ring");
+    REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
   }
 }

@@ -41,8 +41,9 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     for r in range(4):
         assert f"testbed rank {r}/4 on host{r // 2}: ok" in text, text[-6000:]
     assert "2 hosts: host 0 = ranks 0-1; host 1 = ranks 2-3" in text, text[-6000:]
-    # Two ranks on each host: all_reduce runs hierarchically.
-    assert re.search(r"all_reduce \(rank \d, seq \d+\): algorithm hier", text), text[-6000:]
+    # Two ranks on each host: these run hierarchically.
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
     # The other host's ranks are reached over TCP on the test bed's link.
     assert re.search(r"rank 0 on UCX [\d.]+: .*ranks 2,3 over [^;]*tcp/eth0", text), text[-6000:]
     assert namespaces() == before

@@ -1,7 +1,8 @@
 """One rank of test_testbed.py, started by torchrun on a test-bed host: checks every
 collective kind across hosts against closed forms, all_reduce over the ops, dtypes and
-sizes the hierarchical algorithm cuts differently (empty, fewer elements than ranks,
-several shared-memory chunks, in flight together), and prints one line per rank."""
+sizes the hierarchical algorithms cut differently (empty, fewer elements than ranks,
+several shared-memory chunks, in flight together), all_gather and reduce_scatter on
+tensors, and prints one line per rank."""
 
 import datetime
 import os
@@ -54,6 +55,20 @@ for count in (0, 3, 1001, 600011):
                 tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
                 if not torch.allclose(t.double(), want, rtol=tol, atol=tol):
                     wrong.append(f"all_reduce {name} {dtype} {count}")
+for count in (1, 1001, 200003):
+    flat = torch.empty(world * count)
+    dist.all_gather_into_tensor(flat, torch.full((count,), float(rank)))
+    if not torch.equal(flat, torch.arange(world, dtype=torch.float32).repeat_interleave(count)):
+        wrong.append(f"all_gather_into_tensor {count}")
+    for name, op in (("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG), ("max", dist.ReduceOp.MAX)):
+        # Rank q's block b holds q * world + b everywhere.
+        src = (torch.arange(world, dtype=torch.float32) + rank * world).repeat_interleave(count)
+        out = torch.empty(count)
+        dist.reduce_scatter_tensor(out, src, op=op)
+        every = torch.tensor([q * world + rank for q in range(world)], dtype=torch.float64)
+        want = {"sum": every.sum(), "avg": every.mean(), "max": every.max()}[name]
+        if not torch.allclose(out.double(), torch.full((count,), want.item(), dtype=torch.float64)):
+            wrong.append(f"reduce_scatter {name} {count}")
 dist.barrier()
 print(f"testbed rank {rank}/{world} on {socket.gethostname()}: {'ok' if not wrong else 'WRONG ' + ', '.join(wrong)}",
       flush=True)

@@ -1,12 +1,11 @@
 #include <cstring>
 #include <vector>
 
-#include "core/algorithms/host_layout.h"
+#include "core/algorithms/hier_steps.h"
 #include "core/algorithms/premultiply.h"
 #include "core/algorithms/registry.h"
 #include "core/algorithms/shm_steps.h"
 #include "core/patterns/ring.h"
-#include "core/select/select.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -74,19 +73,10 @@ Schedule buildAllReduceHier(const CollArgs& a) {
         prev);
   });
 
-  CollArgs across(Collective::AllReduce, h.host, h.hosts, a.seq);
-  across.dtype = a.dtype;
-  across.op = sumOp;
+  CollArgs across = acrossHostsArgs(a, sumOp);
   across.buf = share;
   across.count = shareCount;
-  across.segmentBytes = a.segmentBytes;
-  across.crossHost = true;
-  const Algorithm& inter = cheapestAlgorithm(across);
-  // No identity exchange of its own: buildChecked adds the whole call's with
-  // every peer this schedule talks to, which are these.
-  Schedule acrossSchedule = inter.build(across);
-  acrossSchedule.mapPeers(h.across);
-  std::vector<StepId> last = s.appendAfter(std::move(acrossSchedule), prev);
+  auto [last, inter] = appendAcrossHosts(s, a, across, prev);
   last.push_back(prev);
   prev = s.join(last);
 
@@ -107,7 +97,7 @@ Schedule buildAllReduceHier(const CollArgs& a) {
         prev);
     prev = shmReadAll(s, shm, id, header, [=](int which) { shmCopyPortionsOut(shm, which, m, es, chunk); }, prev);
   });
-  s.setAlgorithm("hier(" + std::string(inter.name) + ")");
+  s.setAlgorithm("hier(" + std::string(inter) + ")");
   return s;
 }
 

@@ -18,9 +18,11 @@ struct HostLayout {
   int localRank = 0;       // this rank's index among its host's ranks
   std::vector<int> local;  // the group ranks on this host, by local rank
   std::vector<int> across; // the group rank with this local rank on each host
+  std::vector<int> rankAt;  // the group rank of local rank q on host h: [h * L + q]
   ShmArea* shm = nullptr;  // shared by `local`, area rank = local rank
 
   int localSize() const { return int(local.size()); }
+  int groupRank(int host, int localRank) const { return rankAt[size_t(host * localSize() + localRank)]; }
 
   // The layout of `rank` when the hierarchical algorithms apply: more than
   // one host, and the same number of ranks (at least two) on every host, so
@@ -41,7 +43,11 @@ struct HostLayout {
     for (size_t i = 0; i < h.local.size(); ++i) {
       if (h.local[i] == rank) h.localRank = int(i);
     }
-    for (int i = 0; i < hosts; ++i) h.across.push_back(t.ranksOn(i)[size_t(h.localRank)]);
+    for (int i = 0; i < hosts; ++i) {
+      const std::vector<int> on = t.ranksOn(i);
+      h.across.push_back(on[size_t(h.localRank)]);
+      h.rankAt.insert(h.rankAt.end(), on.begin(), on.end());
+    }
     return h;
   }
 };

@@ -48,6 +48,11 @@ constexpr std::array kAlgorithms{
     Algorithm{"cma", Collective::AllGather,
               "every rank reads every peer's block straight out of its memory (process_vm_readv): one copy",
               "all ranks on one host, able to read each other's memory", &singleCopy, &buildAllGatherCma},
+    Algorithm{"hier", Collective::AllGather,
+              "an all-gather among the ranks with the same local rank on every host (all at once), then a "
+              "shared-memory all-gather of what each gathered",
+              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              &buildAllGatherHier},
     Algorithm{"binomial", Collective::Reduce, "pipelined binomial tree towards the root, reducing at each level",
               "any root", &always, &buildReduceBinomial},
     Algorithm{"shm", Collective::Reduce,
@@ -58,6 +63,11 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::ReduceScatter,
               "each rank copies its input into shared memory and reduces its own block out of all n, chunk by chunk",
               "all ranks on one host", &sharedMemory, &buildReduceScatterShm},
+    Algorithm{"hier", Collective::ReduceScatter,
+              "a shared-memory reduce-scatter on each host into the blocks of the ranks with each local rank, "
+              "then a reduce-scatter of those among the same local rank on every host (all at once)",
+              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              &buildReduceScatterHier},
     Algorithm{"pairwise", Collective::AllToAll, "every pair of ranks exchanges its blocks directly, all at once",
               "any split sizes", &always, &buildAllToAllPairwise},
     Algorithm{"shm", Collective::AllToAll,

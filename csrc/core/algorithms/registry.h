@@ -31,6 +31,8 @@ Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildAllReduceShm(const CollArgs& a);
 Schedule buildAllReduceRabenseifner(const CollArgs& a);
 Schedule buildAllReduceHier(const CollArgs& a);
+Schedule buildAllGatherHier(const CollArgs& a);
+Schedule buildReduceScatterHier(const CollArgs& a);
 Schedule buildBroadcastShm(const CollArgs& a);
 Schedule buildAllGatherShm(const CollArgs& a);
 Schedule buildAllToAllShm(const CollArgs& a);

@@ -104,6 +104,20 @@ AlgoOverride::AlgoOverride(const std::string& spec) : spec_(spec) {
 
 std::string_view AlgoOverride::forCollective(Collective coll) const { return perColl_[int(coll)]; }
 
+namespace {
+
+// The inter-host part of a hierarchical algorithm: the cheapest flat version
+// of the same collective among one rank per host, on `count` elements.
+double acrossHostsUs(const CollArgs& a, size_t count) {
+  CollArgs across(a.coll, a.hosts->host, a.hosts->hosts, a.seq);
+  across.dtype = a.dtype;
+  across.count = count;
+  across.crossHost = true;
+  return estimateUs(cheapestAlgorithm(across), across);
+}
+
+}  // namespace
+
 double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double n = a.size, N = double(a.bytes());
   // The network algorithms' per-message and per-byte costs: a group that
@@ -130,11 +144,19 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double L = h.localSize();
     const double chunks = std::max(1.0, std::ceil(N / double(h.shm->slotBytes())));
     const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
-    CollArgs across(Collective::AllReduce, h.host, h.hosts, a.seq);
-    across.dtype = a.dtype;
-    across.count = a.count;
-    across.crossHost = true;
-    return local + estimateUs(cheapestAlgorithm(across), across);
+    return local + acrossHostsUs(a, a.count);
+  }
+  if (alg.build == &buildAllGatherHier || alg.build == &buildReduceScatterHier) {
+    // N is one block. A shared-memory pass over the H blocks of each of
+    // the L local ranks (all_gather: H copied in, n copied out; reduce_
+    // scatter: n copied in, H reduced from L), and the cheapest flat
+    // collective among the hosts, costed with the L ranks' blocks together
+    // since they share the host's link.
+    const HostLayout& h = *a.hosts;
+    const double chunks = std::max(1.0, std::ceil(n * N / double(h.shm->slotBytes())));
+    const double local = chunks * 2 * kCost.shmSyncUs + (n + h.hosts) * N * kCost.copyUsPerByte +
+                         (alg.build == &buildReduceScatterHier ? n * N * kCost.gammaUsPerByte : 0);
+    return local + acrossHostsUs(a, a.count * size_t(h.localSize()));
   }
   if (alg.build == &buildAllReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy

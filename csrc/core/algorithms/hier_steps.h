@@ -1,0 +1,42 @@
+// What the hierarchical algorithms share: their inter-host phase, a flat
+// algorithm among the ranks with this rank's local rank on every host.
+#pragma once
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/algorithms/coll_args.h"
+#include "core/algorithms/host_layout.h"
+#include "core/algorithms/registry.h"
+#include "core/engine/schedule.h"
+#include "core/select/select.h"
+
+namespace ringx {
+
+// `a`'s collective among one rank per host: this rank is its host's index,
+// the op sums (AVG and PREMUL_SUM apply their factor outside), buffers and
+// count are the caller's to set.
+inline CollArgs acrossHostsArgs(const CollArgs& a, ReduceOp op) {
+  CollArgs across(a.coll, a.hosts->host, a.hosts->hosts, a.seq);
+  across.dtype = a.dtype;
+  across.op = op;
+  across.segmentBytes = a.segmentBytes;
+  across.crossHost = true;
+  return across;
+}
+
+// Appends `across`'s schedule by the cheapest flat algorithm, talking to the
+// group ranks it stands for and starting after `after`. Returns its last
+// steps and the algorithm's name. No identity exchange of its own:
+// buildChecked adds the whole call's with every peer the schedule talks to,
+// which are these.
+inline std::pair<std::vector<StepId>, std::string_view> appendAcrossHosts(Schedule& s, const CollArgs& a,
+                                                                          const CollArgs& across, StepId after) {
+  const Algorithm& alg = cheapestAlgorithm(across);
+  Schedule part = alg.build(across);
+  part.mapPeers(a.hosts->across);
+  return {s.appendAfter(std::move(part), after), alg.name};
+}
+
+}  // namespace ringx
