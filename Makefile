@@ -70,7 +70,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test-system-ucx test demo testbed bench bench-ddp clean distclean test-faults
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test-system-ucx test demo testbed bench bench-ddp bench-testbed clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -83,6 +83,7 @@ help:
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
 	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
+	@echo "make bench-testbed  collectives across test-bed hosts vs flat and gloo (benchmarks/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
 
 # (internal) Debian packages, installed only when missing.
@@ -284,6 +285,11 @@ bench: sysdeps venv build
 
 bench-ddp: sysdeps venv build
 	$(VPY) benchmarks/ddp.py $(BENCH_ARGS)
+
+# all_reduce, all_gather and reduce_scatter across test-bed hosts: hierarchical,
+# flat and gloo, against the measured link (benchmarks/testbed.py; root).
+bench-testbed: sysdeps venv build
+	$(VPY) benchmarks/testbed.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist python/*.egg-info *.egg-info

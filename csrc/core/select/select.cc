@@ -39,12 +39,13 @@ struct Constants {
   double cmaUsPerByte = 1.0 / 11000.0;
   // Between hosts (a group that spans several), measured on the namespace
   // test bed with 1 Gbit/s links (benchmarks/testbed.py): alpha is the
-  // one-way time of an 8-byte send/recv between ranks on two hosts (66 us),
-  // beta the inverse of one TCP stream's rate each way (117 MB/s). The
+  // one-way time of an 8-byte send/recv between ranks on two hosts (the
+  // median of four runs, which gave 14-66 us), beta the inverse of one TCP
+  // stream's rate each way (117-119 MB/s). The
   // algorithms that move the whole buffer (or half of it) as one message per
   // round reached 70% of that rate over UCX's TCP transport where the
   // segmented ring reached all of it, hence their efficiency factor.
-  double interAlphaUs = 66.0;
+  double interAlphaUs = 50.0;
   double interBetaUsPerByte = 1.0 / 117.0;
   double interWholeMessageEfficiency = 0.7;
 };
