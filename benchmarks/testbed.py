@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """all_reduce, all_gather and reduce_scatter across hosts on the namespace test bed
 (tools/testbed.py): ringx's hierarchical algorithms against its flat ones and gloo,
-and against the link's bound.
+and against the link's bound; barrier beside them.
 
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
@@ -10,8 +10,8 @@ and against the link's bound.
 Each configuration runs in the same torchrun job: the default group is ringx with its
 own choice (the cost model: hierarchical where it applies), and further groups over the
 same ranks force a flat algorithm through RINGX_ALGO (ring, rabenseifner) or use gloo.
-Before every call the ranks meet in a barrier on a separate gloo group; a call's time
-is the slowest rank's, and the table gives the median over --iters calls (p10-p90
+Before every call the ranks meet in a barrier on a separate gloo group (barrier
+itself: the mean of 20 back to back after it); a call's time is the slowest rank's, and the table gives the median over --iters calls (p10-p90
 beside it). The configurations take turns call by call, so drift falls on all alike.
 
 Sizes are the whole buffer: all_reduce's, all_gather's output, reduce_scatter's
@@ -35,9 +35,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 
 SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
-# The flat algorithms forced for comparison (RINGX_ALGO); rabenseifner is all_reduce's.
-FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner"}
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter"
+BARRIERS = 20  # per timed barrier call: their mean
+# The flat algorithms forced for comparison (RINGX_ALGO), and which collective each serves.
+FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
+        "ringx dissemination": "barrier:dissemination"}
+FLAT_FOR = {"all_reduce": ["ringx ring", "ringx rabenseifner"], "all_gather": ["ringx ring"],
+            "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"]}
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,barrier"
 
 _STREAM = r"""
 import socket, sys, time
@@ -116,10 +120,10 @@ def worker(args) -> None:
             rtts.append(time.perf_counter() - start)
     results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None}
     for coll in args.collectives.split(","):
-        for label, nbytes in SIZES.items():
+        for label, nbytes in (SIZES if coll != "barrier" else {"0B": 0}).items():
             iters = args.iters if nbytes < (16 << 20) else args.big_iters
             elems = nbytes // 4  # the whole buffer: all_gather's output, reduce_scatter's input
-            names = [n for n in groups if n != "ringx rabenseifner" or coll == "all_reduce"]
+            names = ["ringx"] + FLAT_FOR[coll] + ["gloo"]
             times = {name: [] for name in names}
             for i in range(iters + 1):
                 for name in names:
@@ -138,6 +142,15 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what) -> float:
     """One collective on `group` after a barrier on `sync`; checks its result and
     returns this rank's time in seconds."""
     block = elems // world
+    if coll == "barrier":
+        # Back to back, since the skew of the gloo barrier before it (hundreds
+        # of microseconds) would hide what one barrier costs.
+        dist.barrier(group=sync)
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        for _ in range(BARRIERS):
+            dist.barrier(group=group)
+        return (time.perf_counter() - start) / BARRIERS
     if coll == "all_reduce":
         t = torch.full((elems,), float(rank + 1))
         dist.barrier(group=sync)
@@ -204,7 +217,7 @@ def main() -> int:
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
     layout = f"{args.hosts} hosts x {args.ranks_per_host} ranks"
-    print(f"all_reduce float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
+    print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
     print(f"{'collective':>14} {'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} "
@@ -212,7 +225,7 @@ def main() -> int:
     table = []
     for key, times in results.items():
         coll, label = key.split()
-        nbytes = SIZES[label]
+        nbytes = SIZES.get(label, 0)
         med = {name: statistics.median(v) for name, v in times.items()}
         best_flat = min(med[name] for name in times if name in FLAT)
         # What must cross one host's link each way: all_reduce 2 (H-1)/H N, the
@@ -226,7 +239,7 @@ def main() -> int:
             table.append(row)
             print(f"{coll:>14} {label:>6} {name:>18} {med[name] * 1e3:10.2f} "
                   f"{row['p10_s'] * 1e3:7.2f}-{row['p90_s'] * 1e3:<8.2f} {row['vs_gloo']:7.2f} "
-                  f"{row['vs_best_flat']:7.2f} {100 * row['of_bound']:7.0f}%")
+                  f"{row['vs_best_flat']:7.2f} " + (f"{100 * row['of_bound']:7.0f}%" if nbytes else "      -"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "rate": rate,
