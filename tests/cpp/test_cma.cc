@@ -153,9 +153,11 @@ TEST_CASE(
 
 TEST_CASE(
     "single-copy all_to_all delivers uneven splits, zero splits and an input that is its own "
-    "output") {
+    "output, whether ranks inline their input in the slot or not") {
   auto size = GENERATE(2, 3, 4);
-  auto scale = GENERATE(size_t{0}, size_t{1000}, size_t{700001});
+  // The area's slots hold 4096 bytes: at scale 0 every rank inlines its
+  // input, at 250 some do, above none but rank 0 (which sends nothing).
+  auto scale = GENERATE(size_t{0}, size_t{250}, size_t{1000}, size_t{700001});
   CAPTURE(size, scale);
   CmaWorld w(size);
   onEachRank(size, [&](int r) {
@@ -317,4 +319,33 @@ TEST_CASE(
     CHECK_THAT(e.what(), Catch::Contains("rank 0 failed"));
   }
   CHECK(std::count(got.begin(), got.end(), -7.0f) == 0);
+}
+
+TEST_CASE("a rank that fails because another's failed names the rank whose process closed, not the messenger") {
+  CmaWorld w(3);
+  const size_t n = 1024;
+  std::vector<std::vector<float>> bufs = {input(0, n), input(1, n), input(2, n)};
+  CollIdentity id{};
+  id.seq = 1;
+  id.count = n;
+  id.kind = uint8_t(Collective::AllGather);
+  std::vector<std::unique_ptr<CmaExchange>> x;
+  for (int r = 0; r < 3; ++r) {
+    CmaRecord rec{reinterpret_cast<uint64_t>(bufs[size_t(r)].data()), n * sizeof(float), 0};
+    x.push_back(std::make_unique<CmaExchange>(w.areas[size_t(r)].get(), w.cmas[size_t(r)].get(),
+                                              w.areas[size_t(r)]->reserveChunks(1), id, rec));
+  }
+  for (auto& e : x) REQUIRE(e->publish());
+  for (auto& e : x) REQUIRE(e->match());
+  // Rank 1 found rank 2's process gone (as a failed read reports it).
+  x[1]->fail(Error(ErrorKind::PeerClosed, "rank 2 closed"), {2, 1});
+  for (auto& e : x) REQUIRE(e->transfer());
+  try {
+    while (!x[0]->finish()) {
+    }
+    FAIL("rank 0 finished although rank 1 failed");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::PeerClosed);
+    CHECK_THAT(e.what(), Catch::Contains("rank 1 failed") && Catch::Contains("after rank 2 closed"));
+  }
 }

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "core/algorithms/cma_exchange.h"
 #include "core/algorithms/registry.h"
@@ -32,7 +34,9 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
 // rank writes its output.
 //
 // Memory traffic per rank: its received bytes, copied once, against twice
-// for the slot algorithm; two counter hand-offs and n - 1 table reads.
+// for the slot algorithm; two counter hand-offs and n - 1 table reads. A
+// rank whose table and input fit its slot copies them there instead, and
+// its peers copy from the slot: twice copied, but no system call.
 Schedule buildAllToAllCma(const CollArgs& a) {
   Schedule s(a.dtype, a.op);
   s.setAlgorithm("cma");
@@ -43,24 +47,42 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   const size_t inBytes = extent(a.sendOffsets, a.sendBytes),
                outBytes = extent(a.recvOffsets, a.recvBytes);
 
+  // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
+  // peers then copy from shared memory, and an input that overlaps the
+  // output is safe once it is there.
+  const size_t tableBytes = (n * sizeof(CmaBlock) + 63) / 64 * 64;
+  const bool inlined = tableBytes + inBytes <= a.shm->slotBytes();
   StepId staged = kNoStep;
-  if (inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
+  if (!inlined && inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
     std::byte* copy = s.scratch(inBytes);
     staged = s.copy(copy, in, inBytes);
     in = copy;
   }
   auto* table = reinterpret_cast<CmaBlock*>(s.scratch(n * sizeof(CmaBlock)));
   for (int j = 0; j < n; ++j) table[j] = {a.sendOffsets[j], a.sendBytes[j], a.recvBytes[j]};
-  const CmaRecord mine{reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table)};
+  const CmaRecord mine{reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
+                       inlined ? tableBytes + inBytes : 0};
   const std::vector<size_t> recvOffsets = a.recvOffsets;
+  CmaExchange::Fill fill;
+  if (inlined) {
+    fill = [=](std::byte* slot) {
+      std::memcpy(slot, table, n * sizeof(CmaBlock));
+      if (inBytes) std::memcpy(slot + tableBytes, in, inBytes);
+    };
+  }
 
   addCmaExchange(
       s, a.shm, a.cma, cmaIdentity(a, &buildAllToAllCma), mine,
       [=](CmaExchange& x) {
+        // Copies out of slots wait until every pair is checked, as reads do.
+        std::vector<std::tuple<std::byte*, const std::byte*, size_t>> fromSlots;
         for (int k = 0; k < n; ++k) {
           const int q = (r + k) % n;
+          const bool fromSlot = x.record(q).inlineBytes != 0;
           CmaBlock theirs = table[r];
-          if (q != r)
+          if (fromSlot)
+            std::memcpy(&theirs, x.peerSlot(q) + r * sizeof(CmaBlock), sizeof(theirs));
+          else if (q != r)
             x.cma().read(q, &theirs, x.record(q).table + r * sizeof(CmaBlock), sizeof(theirs));
           if (theirs.sendBytes != table[q].recvBytes || theirs.recvBytes != table[q].sendBytes) {
             throw Error(
@@ -74,11 +96,19 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     "rank "
                     "i's input_split_sizes[j]); the group is no longer usable, create a new one");
           }
-          x.addRead(q, x.record(q).addr + theirs.sendOffset, out + recvOffsets[q],
-                    theirs.sendBytes);
+          if (!fromSlot) {
+            x.addRead(q, x.record(q).addr + theirs.sendOffset, out + recvOffsets[q],
+                      theirs.sendBytes);
+          } else {
+            fromSlots.emplace_back(out + recvOffsets[q], x.peerSlot(q) + tableBytes + theirs.sendOffset,
+                                   theirs.sendBytes);
+          }
+        }
+        for (auto [dst, src, bytes] : fromSlots) {
+          if (bytes) std::memcpy(dst, src, bytes);
         }
       },
-      staged);
+      staged, -1, std::move(fill));
   return s;
 }
 

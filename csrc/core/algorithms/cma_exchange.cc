@@ -37,6 +37,9 @@ bool CmaExchange::publish() {
   if (shm_->chunksDone().load(std::memory_order_acquire) + 1 < id_ || !shm_->slotFree(id_))
     return false;
   const int me = rank();
+  if (fill_) fill_(shm_->slot(me, which_));
+  const CmaCause none;
+  std::memcpy(shm_->opRecord(me, which_) + sizeof(CmaRecord), &none, sizeof(none));
   std::memcpy(shm_->opRecord(me, which_), &published_, sizeof(published_));
   shm_->header(me, which_) = mine_;
   publishedOwn_ = true;
@@ -72,7 +75,7 @@ bool CmaExchange::match() {
       if (!failedPeer) failedPeer = p;
     } else {
       theirs.flags &= uint8_t(~(kFailedAfterPublishing | kWithdrawn));
-      if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)));
+      if (theirs != mine_) fail(Error(ErrorKind::InvalidArgument, mismatch(mine_, theirs, p)), {p, 0});
     }
     std::memcpy(&records_[size_t(p)], shm_->opRecord(p, which_), sizeof(CmaRecord));
   }
@@ -84,7 +87,7 @@ bool CmaExchange::match() {
       fail(e);
     }
   }
-  if (failedPeer) fail(peerFailed(*failedPeer));
+  if (failedPeer) fail(peerFailed(*failedPeer), causeOf(*failedPeer));
   return true;
 }
 
@@ -109,7 +112,7 @@ bool CmaExchange::transfer() {
       // that may hold anything. A write is checked before it only, which
       // leaves one piece's time for the peer's caller to reuse the buffer.
       if (t.peer != rank() && !stillPublished(t.peer)) {
-        fail(peerFailed(t.peer));
+        fail(peerFailed(t.peer), causeOf(t.peer));
         break;
       }
       if (t.write) {
@@ -118,15 +121,16 @@ bool CmaExchange::transfer() {
         cma_->read(t.peer, t.local + offset_, t.remote + offset_, n);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         if (t.peer != rank() && !stillPublished(t.peer)) {
-          fail(peerFailed(t.peer));
+          fail(peerFailed(t.peer), causeOf(t.peer));
           break;
         }
       }
     } catch (const Error& e) {
       // A peer whose process is gone copies nothing any more: finish need
       // not wait for it.
-      if (e.kind() == ErrorKind::PeerClosed) dead_[size_t(t.peer)] = true;
-      fail(e);
+      const bool closed = e.kind() == ErrorKind::PeerClosed;
+      if (closed) dead_[size_t(t.peer)] = true;
+      fail(e, {t.peer, closed ? 1u : 0u});
       break;
     }
     budget -= n;
@@ -142,7 +146,11 @@ bool CmaExchange::transfer() {
   }
   // Peers that copy into this rank's buffer, or whose result this rank's
   // share completes, must not take it for whole.
-  if (failure_) shm_->header(rank(), which_).flags |= kFailedAfterPublishing;
+  if (failure_) {
+    std::memcpy(shm_->opRecord(rank(), which_) + sizeof(CmaRecord), &cause_, sizeof(cause_));
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    shm_->header(rank(), which_).flags |= kFailedAfterPublishing;
+  }
   shm_->counter(rank()).store(2 * id_, std::memory_order_release);
   shm_->ring();
   nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
@@ -174,7 +182,7 @@ bool CmaExchange::finish() {
     if (!finishWaitsFor().empty()) return false;
   }
   for (int p : peers_) {
-    if (!dead_[size_t(p)] && failedSameCall(shm_->header(p, which_))) fail(peerFailed(p));
+    if (!dead_[size_t(p)] && failedSameCall(shm_->header(p, which_))) fail(peerFailed(p), causeOf(p));
   }
   if (failure_) throw *failure_;
   finished_ = true;
@@ -206,7 +214,8 @@ void CmaExchange::checkAlive(const std::vector<int>& ranks) {
     dead_[size_t(p)] = true;
     fail(Error(ErrorKind::PeerClosed,
                "rank " + std::to_string(p) +
-                   " closed: its process exited before it finished this collective"));
+                   " closed: its process exited before it finished this collective"),
+         {p, 1});
   }
 }
 
@@ -216,21 +225,39 @@ bool CmaExchange::failedSameCall(const CollIdentity& theirs) const {
   return (theirs.flags & kFailedAfterPublishing) && unflagged == mine_;
 }
 
+CmaCause CmaExchange::causeOf(int p) const {
+  CmaCause theirs;
+  std::memcpy(&theirs, shm_->opRecord(p, which_) + sizeof(CmaRecord), sizeof(theirs));
+  return theirs.closed && theirs.rank >= 0 ? theirs : CmaCause{p, 0};
+}
+
 Error CmaExchange::peerFailed(int p) const {
+  const CmaCause cause = causeOf(p);
+  if (cause.closed) {
+    return Error(ErrorKind::PeerClosed,
+                 "rank " + std::to_string(p) + " failed in this " + describe(mine_) + " after rank " +
+                     std::to_string(cause.rank) +
+                     " closed (its process exited before it finished this collective), so this rank's "
+                     "result is not complete; the group is no longer usable, create a new one");
+  }
   return Error(ErrorKind::InvalidArgument,
                "rank " + std::to_string(p) + " failed in this " + describe(mine_) +
                    " (its own error says why), so this rank's result is not complete; the group "
                    "is no longer usable, create a new one");
 }
 
-void CmaExchange::fail(const Error& e) {
-  if (!failure_) failure_ = e;
+void CmaExchange::fail(const Error& e, CmaCause cause) {
+  if (failure_) return;
+  failure_ = e;
+  cause_ = cause;
 }
 
 StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdentity& mine,
-                      CmaRecord published, CmaExchange::Plan plan, StepId after, int root) {
+                      CmaRecord published, CmaExchange::Plan plan, StepId after, int root,
+                      CmaExchange::Fill fill) {
   auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published, root);
   x->setPlan(std::move(plan));
+  x->setFill(std::move(fill));
   s.onAbandon([x] { x->abandon(); });
   StepId step = s.poll([x] { return x->publish(); }, [x] { return x->publishWaitsFor(); }, {after});
   step = s.poll([x] { return x->match(); }, [x] { return x->matchWaitsFor(); }, {step});

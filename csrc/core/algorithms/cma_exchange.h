@@ -48,8 +48,22 @@ struct CmaRecord {
   uint64_t addr = 0;   // the buffer peers copy from or into; 0 when none
   uint64_t bytes = 0;  // its length
   uint64_t table = 0;  // all_to_all: the address of this rank's CmaBlock[n]; 0 otherwise
+  // Non-zero when what peers read (all_to_all: table and input) fits this
+  // rank's slot and was copied there at publish: peers then copy it out of
+  // shared memory, which for small buffers costs less than the system calls
+  // that read another process's memory. The bytes copied.
+  uint64_t inlineBytes = 0;
 };
 static_assert(sizeof(CmaRecord) <= ShmArea::kOpRecordBytes);
+
+// Why a rank failed its part, written into its op record (after the
+// CmaRecord) before it marks its header failed: peers that fail because it
+// did then name the rank whose process died, not just the messenger.
+struct CmaCause {
+  int32_t rank = -1;    // the rank this one failed on; -1 when none
+  uint32_t closed = 0;  // 1 when that rank's process was gone
+};
+static_assert(sizeof(CmaRecord) + sizeof(CmaCause) <= ShmArea::kOpRecordBytes);
 
 // all_to_all: rank r's entry j of its table describes its exchange with rank
 // j, so that j can check both directions against its own split sizes.
@@ -88,14 +102,20 @@ class CmaExchange {
   int rank() const { return shm_->rank(); }
   int size() const { return shm_->size(); }
 
-  // Records why the op fails; the first reason wins.
-  void fail(const Error& e);
+  // Records why the op fails, and on which rank; the first reason wins.
+  void fail(const Error& e, CmaCause cause = {});
   // The engine ended the op before finish(): its buffer goes back to the
   // caller, so peers that read it from now on would take whatever the caller
   // puts there. Marks the header withdrawn, which they check at each piece.
   void abandon();
   using Plan = std::function<void(CmaExchange&)>;
   void setPlan(Plan plan) { plan_ = std::move(plan); }
+  // Writes this rank's slot at publish, before peers may look (see
+  // CmaRecord::inlineBytes); peers read it with peerSlot. The slot stays as
+  // written until every rank has finished this chunk.
+  using Fill = std::function<void(std::byte* slot)>;
+  void setFill(Fill fill) { fill_ = std::move(fill); }
+  const std::byte* peerSlot(int peer) const { return shm_->slot(peer, which_); }
 
  private:
   struct Transfer {
@@ -114,6 +134,9 @@ class CmaExchange {
   // Whether `peer` still stands behind the buffer it published for this
   // chunk: not withdrawn, not moved on to another call.
   bool stillPublished(int peer) const;
+  // What `peer` recorded about its failure: the dead rank it failed on, if
+  // any (so a chain of failures names the root), else the peer itself.
+  CmaCause causeOf(int peer) const;
   Error peerFailed(int peer) const;
 
   ShmArea* shm_;
@@ -123,6 +146,7 @@ class CmaExchange {
   CollIdentity mine_;
   CmaRecord published_;
   Plan plan_;
+  Fill fill_;
   std::vector<int> peers_;  // the ranks this one waits for and checks
   std::vector<CmaRecord> records_;
   std::vector<Transfer> transfers_;
@@ -132,16 +156,18 @@ class CmaExchange {
   bool finished_ = false;
   std::vector<bool> dead_;
   std::optional<Error> failure_;
+  CmaCause cause_;
   std::chrono::steady_clock::time_point nextAliveCheck_{};
 };
 
 // Adds a single-copy chunk's four steps to `s` (reserving its chunk number)
 // and returns the last. `published` is what peers read from this rank;
 // `plan` lists this rank's copies once its peers have published; the first
-// step waits for `after` too; `root` as for CmaExchange.
+// step waits for `after` too; `root` as for CmaExchange; `fill`, if any,
+// writes this rank's slot at publish (CmaExchange::setFill).
 StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdentity& mine,
                       CmaRecord published, CmaExchange::Plan plan, StepId after = kNoStep,
-                      int root = -1);
+                      int root = -1, CmaExchange::Fill fill = {});
 
 // The identity a single-copy chunk publishes: the call's, marked with the
 // algorithm, so that ranks which chose different algorithms for the same

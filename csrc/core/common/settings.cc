@@ -28,7 +28,7 @@ const std::vector<Setting> kSettings = {
      "How much ringx logs to stderr; `INFO` names the algorithm chosen for each call, `TRACE` "
      "every op's start."},
     {"RINGX_ALGO", SettingType::Text,
-     "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, ... or "
+     "`ring`, `recursive_doubling`, `rabenseifner`, `shm`, `hier`, ... or "
      "`all_reduce:ring,broadcast:binomial`",
      "", "unset (cost model)", nullptr, true,
      "Force an algorithm (per collective, or any collective that has that name); unknown names "
