@@ -320,7 +320,7 @@ ASAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
 TSAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
 	TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/cpp/tsan.supp
 # Catch2 test-spec of the TSan run: the test files that start threads.
-TSAN_TESTS := [\#test_engine],[\#test_engine_drive],[\#test_engine_failures],[\#test_collectives],[\#test_ucx_transport],[\#test_shm],[\#test_hier]
+TSAN_TESTS := [\#test_engine],[\#test_engine_drive],[\#test_engine_failures],[\#test_collectives],[\#test_ucx_transport],[\#test_shm],[\#test_hier],[\#test_device_sim]
 SANITIZE_TIMEOUT := 900
 
 test-sanitize: sysdeps venv

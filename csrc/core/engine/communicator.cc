@@ -581,12 +581,15 @@ bool Communicator::hasPending() const {
 }
 
 // Everything pending waits on peers' shared-memory counters, nothing on the
-// transport: the doorbell is then the one thing worth sleeping on.
+// transport or a device: the doorbell is then the one thing worth sleeping on.
 bool Communicator::onlyPolling() const {
   bool polling = false;
   for (auto& a : active_) {
     if (a->ended) continue;
     if (!a->inflight.empty()) return false;
+    for (StepId id : a->polling) {
+      if (a->op->schedule.pollOnDevice(a->op->schedule.steps()[id])) return false;
+    }
     polling |= !a->polling.empty();
   }
   return polling;

@@ -102,7 +102,14 @@ class Schedule {
     polls_.push_back({[] { return true; }, nullptr});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
+  // A poll on a device event: no peer rings the doorbell when it fires, so
+  // the engine keeps looking instead of sleeping on the bell.
+  StepId pollDevice(PollFn ready, std::span<const StepId> deps = {}) {
+    polls_.push_back({std::move(ready), nullptr, true});
+    return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
+  }
   bool runPoll(const Step& step) const { return polls_[size_t(step.peer)].ready(); }
+  bool pollOnDevice(const Step& step) const { return polls_[size_t(step.peer)].device; }
   std::vector<int> pollWaitingOn(const Step& step) const {
     const auto& fn = polls_[size_t(step.peer)].waitingOn;
     return fn ? fn() : std::vector<int>{};
@@ -209,6 +216,7 @@ class Schedule {
   struct PollStep {
     PollFn ready;
     WaitingOnFn waitingOn;
+    bool device = false;
   };
   std::vector<PollStep> polls_;
   std::vector<std::function<void()>> abandon_;

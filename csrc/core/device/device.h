@@ -1,0 +1,65 @@
+// What the core needs from an accelerator, and nothing of torch: streams that
+// run enqueued work in order, events that say when a stream got somewhere,
+// asynchronous copies and the reduce and scale launches, and memory. CUDA
+// implements it for GPUs (cuda_device.cc) and SimDevice (sim_device.h) on
+// the CPU, so that the ordering the engine relies on is tested without one.
+//
+// Every call that takes a stream only enqueues: it returns before the work
+// runs. Nothing here blocks except synchronize().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/common/types.h"
+
+namespace ringx {
+
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  // Whether the work enqueued before the last record() has finished; true
+  // for an event never recorded, as in CUDA. Never blocks: the progress
+  // thread polls it.
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+};
+
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  virtual void record(DeviceEvent& event) = 0;
+  // Later work on this stream waits for `event` as last recorded.
+  virtual void wait(DeviceEvent& event) = 0;
+  // Later work on this stream waits until the host sets *flag to `atLeast`
+  // or more: how a stream waits for a schedule the host runs, enqueued when
+  // the collective is issued so that neither the caller nor a later wait()
+  // blocks the host. `flag` lies in memory from Device::allocPinned().
+  virtual void waitFlag(const uint32_t* flag, uint32_t atLeast) = 0;
+  // Host or device memory, either way.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // reduce.h's semantics, on device memory.
+  virtual void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void scale(void* buf, size_t count, DType dtype, double factor) = 0;
+  virtual void synchronize() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // For messages: "cuda:0", "sim:1".
+  virtual std::string name() const = 0;
+  // What the transport is told device buffers are: Cuda for a GPU, Host
+  // for the simulated device, whose memory is the host's.
+  virtual MemoryKind memoryKind() const = 0;
+  virtual std::unique_ptr<DeviceStream> newStream() = 0;
+  virtual std::unique_ptr<DeviceEvent> newEvent() = 0;
+  virtual std::shared_ptr<std::byte> allocDevice(size_t bytes) = 0;
+  // Page-locked host memory the device copies to and from asynchronously
+  // and can read a flag in (waitFlag).
+  virtual std::shared_ptr<std::byte> allocPinned(size_t bytes) = 0;
+};
+
+}  // namespace ringx

@@ -1,0 +1,57 @@
+// The host-staged data path: a collective on device buffers that the host's
+// schedule runs, for a UCX without device-memory transports and for the
+// simulated device. Everything the device does is enqueued on the
+// communicator's stream when the collective is issued:
+//
+//   wait for the caller's stream as it is now
+//   copy the input regions to page-locked host buffers, record `staged`
+//   wait for a host flag the schedule sets when it ends
+//   copy the output regions back, record `done`
+//
+// The op's schedule starts once `staged` has fired and ends once `done` has
+// (both polled, never waited on), so the caller's stream can wait for
+// `done` at once without blocking the host, as with NCCL. One stream, so a
+// collective reads what an earlier one on the same communicator wrote.
+// Ops on it therefore stage in issue order; their host schedules overlap.
+//
+// A schedule that fails still sets the flag (the stream must not wait
+// forever), and the host buffers live until the device is done with them.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/algorithms/coll_args.h"
+#include "core/device/device.h"
+#include "core/engine/schedule.h"
+
+namespace ringx {
+
+struct DeviceRegion {
+  void* device = nullptr;
+  size_t bytes = 0;
+  bool in = false;   // read by the collective: copied to the host first
+  bool out = false;  // written by it: copied back after
+};
+
+class HostStaging {
+ public:
+  HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller, std::vector<DeviceRegion> regions);
+
+  void* host(size_t region) const;
+  // The op's schedule: `schedule` between the two copies.
+  Schedule wrap(Schedule schedule) const;
+  // Fires once the outputs are back on the device.
+  const std::shared_ptr<DeviceEvent>& done() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// The device regions a collective reads and writes (buf, input).
+std::vector<DeviceRegion> regionsOf(const CollArgs& a);
+// Points a collective's buffers at the staging copies of regionsOf(a).
+void pointAtHost(CollArgs& a, const HostStaging& staging);
+
+}  // namespace ringx

@@ -1,0 +1,324 @@
+// The simulated device (core/device/sim_device.h) and the host-staged path
+// on it (core/device/host_staging.h): every algorithm against its host-only
+// result, and the stream orderings NCCL users rely on. The device runs each
+// enqueued item late, so a missing wait shows as a wrong number.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <numeric>
+
+#include "core/device/host_staging.h"
+#include "core/device/sim_device.h"
+#include "core/transport/loopback/loopback_transport.h"
+#include "core/transport/shm/cma.h"
+#include "core/transport/shm/shm_area.h"
+#include "test_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One rank: its device, the communicator's stream and the caller's.
+struct SimRank {
+  explicit SimRank(int r, int maxDelayUs = 200)
+      : device(SimDeviceOptions{r, maxDelayUs, uint64_t(r) + 7}), comm(device.newStream()), caller(device.newStream()) {}
+  SimDevice device;
+  std::unique_ptr<DeviceStream> comm;
+  std::unique_ptr<DeviceStream> caller;
+};
+
+struct SimWorld {
+  explicit SimWorld(int size, int maxDelayUs = 200, std::chrono::milliseconds timeout = 20s)
+      : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
+    onEachRank(size, [&](int r) {
+      areas[r] = ShmArea::create(store, "t", r, size, 4096);
+      cmas[r] = Cma::create(store, "t", r, size, CmaMode::On);
+    });
+    CommOptions o;
+    o.timeout = timeout;
+    for (int r = 0; r < size; ++r) {
+      comms.push_back(std::make_unique<Communicator>(std::move(world.transports[r]), o));
+      ranks.push_back(std::make_unique<SimRank>(r, maxDelayUs));
+    }
+  }
+  ~SimWorld() { comms.clear(); }
+
+  LoopbackWorld world;
+  MemoryStore store;
+  std::vector<std::unique_ptr<ShmArea>> areas;
+  std::vector<std::unique_ptr<Cma>> cmas;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<SimRank>> ranks;
+};
+
+// A device buffer the caller's stream fills from `host` (enqueued, so still
+// pending when the collective is issued).
+std::shared_ptr<std::byte> deviceCopyOf(SimRank& r, const std::vector<std::byte>& host) {
+  auto d = r.device.allocDevice(host.size());
+  r.caller->copy(d.get(), host.data(), host.size());
+  return d;
+}
+
+// What the caller sees once its stream has waited for `done`: the stream
+// copies the buffer out, then the host waits for the stream.
+std::vector<std::byte> readAfter(SimRank& r, DeviceEvent& done, const void* d, size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  r.caller->wait(done);
+  r.caller->copy(out.data(), d, bytes);
+  r.caller->synchronize();
+  return out;
+}
+
+std::vector<std::byte> pattern(int rank, size_t bytes, DType dtype) {
+  std::vector<std::byte> b(bytes);
+  const size_t n = bytes / dtypeSize(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const int v = rank * 1000 + int(i % 97) + 1;
+    if (dtype == DType::I64) {
+      int64_t x = v;
+      std::memcpy(b.data() + i * 8, &x, 8);
+    } else {
+      float x = float(v);
+      std::memcpy(b.data() + i * 4, &x, 4);
+    }
+  }
+  return b;
+}
+
+// The args of one call of `coll` with `count` elements per block; the
+// buffers are set by the caller.
+CollArgs argsFor(const Algorithm& alg, const SimWorld& w, int r, uint64_t seq, size_t count, DType dtype) {
+  const int size = int(w.comms.size());
+  CollArgs a{alg.coll, r, size, seq};
+  a.dtype = dtype;
+  a.op = dtype == DType::F32 ? ReduceOp::Avg : ReduceOp::Sum;
+  a.count = count;
+  a.root = 1 % size;
+  a.segmentBytes = 1024;
+  a.shm = w.areas[r].get();
+  a.cma = w.cmas[r].get();
+  if (alg.coll == Collective::AllToAll) {
+    a.evenSplits = true;
+    for (int q = 0; q < size; ++q) {
+      a.sendBytes.push_back(count * dtypeSize(dtype));
+      a.recvBytes.push_back(count * dtypeSize(dtype));
+      a.sendOffsets.push_back(size_t(q) * count * dtypeSize(dtype));
+      a.recvOffsets.push_back(size_t(q) * count * dtypeSize(dtype));
+    }
+  }
+  return a;
+}
+
+// Bytes of the input and of buf for one call (0: the call has none).
+std::pair<size_t, size_t> bufferBytes(const CollArgs& a) {
+  const size_t block = a.count * dtypeSize(a.dtype);
+  const size_t all = block * size_t(a.size);
+  const bool root = a.rank == a.root;
+  switch (a.coll) {
+    case Collective::AllReduce:
+    case Collective::Broadcast:
+    case Collective::Reduce: return {0, block};
+    case Collective::AllGather:
+    case Collective::AllToAll: return {a.coll == Collective::AllToAll ? all : block, all};
+    case Collective::ReduceScatter: return {all, block};
+    case Collective::Gather: return {block, root ? all : 0};
+    case Collective::Scatter: return {root ? all : 0, block};
+    case Collective::Barrier: return {0, 0};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+TEST_CASE("sim device: a stream waiting for another's event sees that stream's writes, however late they run") {
+  SimDevice dev(SimDeviceOptions{0, 500, 3});
+  auto a = dev.newStream();
+  auto b = dev.newStream();
+  auto ev = dev.newEvent();
+  REQUIRE(ev->query());  // never recorded
+  for (int round = 0; round < 20; ++round) {
+    std::vector<int> src(1000, round), mid(1000, -1), out(1000, -2);
+    a->copy(mid.data(), src.data(), sizeof(int) * 1000);
+    a->record(*ev);
+    b->wait(*ev);
+    b->copy(out.data(), mid.data(), sizeof(int) * 1000);
+    b->synchronize();
+    REQUIRE(ev->query());
+    REQUIRE(out == src);
+  }
+}
+
+TEST_CASE("sim device: a stream waits for a host flag, and reduce and scale run on it") {
+  SimDevice dev;
+  auto s = dev.newStream();
+  auto flag = dev.allocPinned(sizeof(uint32_t));
+  auto* word = reinterpret_cast<uint32_t*>(flag.get());
+  std::atomic_ref<uint32_t>(*word).store(0);
+  std::vector<float> x(64, 2.0f), y(64, 3.0f);
+  auto done = dev.newEvent();
+  s->waitFlag(word, 1);
+  s->reduce(x.data(), y.data(), x.size(), DType::F32, ReduceOp::Sum);
+  s->scale(x.data(), x.size(), DType::F32, 0.5);
+  s->record(*done);
+  std::this_thread::sleep_for(5ms);
+  REQUIRE_FALSE(done->query());
+  std::atomic_ref<uint32_t>(*word).store(1, std::memory_order_release);
+  done->synchronize();
+  REQUIRE(x == std::vector<float>(64, 2.5f));
+}
+
+TEST_CASE("host-staged: every algorithm on the simulated device gives its host-only result") {
+  const int size = GENERATE(2, 3, 4);
+  const DType dtype = GENERATE(DType::I64, DType::F32);
+  const size_t count = 777;
+  CAPTURE(size, dtypeName(dtype));
+  SimWorld w(size);
+  uint64_t seq = 1;
+  int tested = 0;
+  for (const Algorithm& alg : algorithms()) {
+    CAPTURE(alg.name, collectiveName(alg.coll));
+    if (!alg.applies(argsFor(alg, w, 0, 0, count, dtype))) continue;
+    if (dtype == DType::F32 && (alg.coll == Collective::AllToAll || alg.coll == Collective::Barrier)) continue;
+    ++tested;
+    const uint64_t staged = seq++, plain = seq++;
+    onEachRank(size, [&](int r) {
+      SimRank& me = *w.ranks[r];
+      CollArgs a = argsFor(alg, w, r, staged, count, dtype);
+      auto [inBytes, bufBytes] = bufferBytes(a);
+      const bool inPlace =
+          alg.coll == Collective::AllReduce || alg.coll == Collective::Broadcast || alg.coll == Collective::Reduce;
+      const auto in = pattern(r, inBytes, dtype);
+      const auto buf0 = pattern(inPlace ? r : r + 50, bufBytes, dtype);
+
+      // Host only: the reference.
+      std::vector<std::byte> hostIn = in, hostBuf = buf0;
+      CollArgs h = argsFor(alg, w, r, plain, count, dtype);
+      h.input = inBytes ? hostIn.data() : nullptr;
+      h.buf = bufBytes ? hostBuf.data() : nullptr;
+
+      // Staged: the same call on device buffers the caller's stream is still filling.
+      auto dIn = inBytes ? deviceCopyOf(me, in) : nullptr;
+      auto dBuf = bufBytes ? deviceCopyOf(me, buf0) : nullptr;
+      a.input = dIn.get();
+      a.buf = dBuf.get();
+      HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+      pointAtHost(a, staging);
+      Schedule s = staging.wrap(alg.build(a));
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), staged, std::move(s)));
+      const auto got = bufBytes ? readAfter(me, *staging.done(), dBuf.get(), bufBytes) : std::vector<std::byte>{};
+      const auto gotIn = inBytes ? readAfter(me, *staging.done(), dIn.get(), inBytes) : std::vector<std::byte>{};
+
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), plain, alg.build(h)));
+      RANK_REQUIRE_SAYING(std::string(alg.name), got == hostBuf);
+      RANK_REQUIRE_SAYING(std::string(alg.name) + " input", gotIn == in);
+    });
+  }
+  REQUIRE(tested >= 20);
+}
+
+TEST_CASE("host-staged: the caller's stream may enqueue reads of the result right after issuing") {
+  const int size = 3;
+  SimWorld w(size, 1000);
+  const size_t n = 4096;
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.ranks[r];
+    const auto in = pattern(r, n * 8, DType::I64);
+    auto d = deviceCopyOf(me, in);
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.dtype = DType::I64;
+    a.count = n;
+    a.buf = d.get();
+    HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+    pointAtHost(a, staging);
+    auto promise = std::make_shared<std::promise<void>>();
+    auto op = std::make_unique<Op>("all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
+    op->onDone = [promise](const Error*) { promise->set_value(); };
+    w.comms[r]->submit(std::move(op));
+    // wait(): the caller's stream waits for the op, the host does not.
+    me.caller->wait(*staging.done());
+    std::vector<int64_t> out(n, -1);
+    me.caller->copy(out.data(), d.get(), n * 8);
+    auto read = me.device.newEvent();
+    me.caller->record(*read);
+    read->synchronize();
+    for (size_t i = 0; i < n; ++i) {
+      int64_t want = 0;
+      for (int q = 0; q < size; ++q) want += q * 1000 + int64_t(i % 97) + 1;
+      RANK_REQUIRE(out[i] == want);
+    }
+    promise->get_future().get();
+  });
+}
+
+TEST_CASE("host-staged: back-to-back collectives issued from two streams, and one reading the last's result") {
+  const int size = 2;
+  SimWorld w(size, 500);
+  const size_t n = 1000;
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.ranks[r];
+    auto other = me.device.newStream();
+    std::vector<int64_t> ones(n, r + 1);
+    auto x = me.device.allocDevice(n * 8);
+    auto y = me.device.allocDevice(n * 8);
+    me.caller->copy(x.get(), ones.data(), n * 8);
+    other->copy(y.get(), ones.data(), n * 8);
+    std::vector<std::shared_ptr<DeviceEvent>> done;
+    std::vector<std::future<std::optional<Error>>> results;
+    // x on the caller's stream twice (the second must read the first's
+    // result), y on the other stream in between.
+    const std::pair<void*, DeviceStream*> calls[] = {{x.get(), me.caller.get()},
+                                                     {y.get(), other.get()},
+                                                     {x.get(), me.caller.get()}};
+    uint64_t seq = 1;
+    for (auto [buf, stream] : calls) {
+      CollArgs a{Collective::AllReduce, r, size, seq};
+      a.dtype = DType::I64;
+      a.count = n;
+      a.buf = buf;
+      HostStaging staging(me.device, *me.comm, *stream, regionsOf(a));
+      pointAtHost(a, staging);
+      done.push_back(staging.done());
+      results.push_back(std::async(std::launch::async, [&, s = staging.wrap(buildAllReduceRecursiveDoubling(a)),
+                                                        seq]() mutable {
+        return runOp(*w.comms[r], "all_reduce", seq, std::move(s));
+      }));
+      ++seq;
+      std::this_thread::sleep_for(1ms);
+    }
+    std::vector<int64_t> gx(n), gy(n);
+    me.caller->wait(*done[2]);
+    me.caller->copy(gx.data(), x.get(), n * 8);
+    other->wait(*done[1]);
+    other->copy(gy.data(), y.get(), n * 8);
+    me.caller->synchronize();
+    other->synchronize();
+    for (auto& f : results) RANK_REQUIRE_NO_ERROR(f.get());
+    RANK_REQUIRE(gy == std::vector<int64_t>(n, 3));
+    RANK_REQUIRE(gx == std::vector<int64_t>(n, 6));
+  });
+}
+
+TEST_CASE("host-staged: a schedule that fails still lets the communicator's stream go on") {
+  const int size = 2;
+  SimWorld w(size, 200, 300ms);
+  const size_t n = 64;
+  SimRank& me = *w.ranks[0];
+  std::vector<int64_t> v(n, 5);
+  auto d = me.device.allocDevice(n * 8);
+  me.caller->copy(d.get(), v.data(), n * 8);
+  CollArgs a{Collective::AllReduce, 0, size, 1};
+  a.dtype = DType::I64;
+  a.count = n;
+  a.buf = d.get();
+  HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+  pointAtHost(a, staging);
+  auto err = runOp(*w.comms[0], "all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
+  REQUIRE(err);
+  REQUIRE(err->kind() == ErrorKind::Timeout);
+  auto after = me.device.newEvent();
+  me.comm->record(*after);
+  after->synchronize();
+  REQUIRE(staging.done()->query());
+}
