@@ -169,44 +169,52 @@ TEST_CASE("sim device: a stream waits for a host flag, and reduce and scale run 
   REQUIRE(x == std::vector<float>(64, 2.5f));
 }
 
-TEST_CASE("host-staged: every algorithm on the simulated device gives its host-only result") {
-  const int size = GENERATE(2, 3, 4);
-  const DType dtype = GENERATE(DType::I64, DType::F32);
+namespace {
+
+// Runs every algorithm that applies at `size` ranks on device buffers the
+// caller's stream is still filling: host-staged, or device-resident on a
+// second stream of each rank's device when `resident`. Each result, and the
+// input left as it was, must equal the same call's on host buffers. Returns
+// how many algorithms ran.
+int checkEveryAlgorithm(int size, DType dtype, bool resident) {
   const size_t count = 777;
-  CAPTURE(size, dtypeName(dtype));
   SimWorld w(size);
+  std::vector<std::unique_ptr<DeviceStream>> compute;
+  for (auto& r : w.ranks) compute.push_back(r->device.newStream());
+  auto deviceOf = [&](int r) { return resident ? DeviceQueue{&w.ranks[r]->device, compute[r].get()} : DeviceQueue{}; };
   uint64_t seq = 1;
   int tested = 0;
   for (const Algorithm& alg : algorithms()) {
     CAPTURE(alg.name, collectiveName(alg.coll));
-    if (!alg.applies(argsFor(alg, w, 0, 0, count, dtype))) continue;
+    CollArgs probe = argsFor(alg, w, 0, 0, count, dtype);
+    probe.device = deviceOf(0);
+    if (!alg.applies(probe)) continue;
     if (dtype == DType::F32 && (alg.coll == Collective::AllToAll || alg.coll == Collective::Barrier)) continue;
     ++tested;
-    const uint64_t staged = seq++, plain = seq++;
+    const uint64_t onDevice = seq++, plain = seq++;
     onEachRank(size, [&](int r) {
       SimRank& me = *w.ranks[r];
-      CollArgs a = argsFor(alg, w, r, staged, count, dtype);
+      CollArgs a = argsFor(alg, w, r, onDevice, count, dtype);
+      a.device = deviceOf(r);
       auto [inBytes, bufBytes] = bufferBytes(a);
       const bool inPlace =
           alg.coll == Collective::AllReduce || alg.coll == Collective::Broadcast || alg.coll == Collective::Reduce;
       const auto in = pattern(r, inBytes, dtype);
       const auto buf0 = pattern(inPlace ? r : r + 50, bufBytes, dtype);
 
-      // Host only: the reference.
       std::vector<std::byte> hostIn = in, hostBuf = buf0;
       CollArgs h = argsFor(alg, w, r, plain, count, dtype);
       h.input = inBytes ? hostIn.data() : nullptr;
       h.buf = bufBytes ? hostBuf.data() : nullptr;
 
-      // Staged: the same call on device buffers the caller's stream is still filling.
       auto dIn = inBytes ? deviceCopyOf(me, in) : nullptr;
       auto dBuf = bufBytes ? deviceCopyOf(me, buf0) : nullptr;
       a.input = dIn.get();
       a.buf = dBuf.get();
-      HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
-      pointAtHost(a, staging);
+      HostStaging staging(me.device, *me.comm, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
+      if (!resident) pointAtHost(a, staging);
       Schedule s = staging.wrap(alg.build(a));
-      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), staged, std::move(s)));
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), onDevice, std::move(s)));
       const auto got = bufBytes ? readAfter(me, *staging.done(), dBuf.get(), bufBytes) : std::vector<std::byte>{};
       const auto gotIn = inBytes ? readAfter(me, *staging.done(), dIn.get(), inBytes) : std::vector<std::byte>{};
 
@@ -215,7 +223,16 @@ TEST_CASE("host-staged: every algorithm on the simulated device gives its host-o
       RANK_REQUIRE_SAYING(std::string(alg.name) + " input", gotIn == in);
     });
   }
-  REQUIRE(tested >= 20);
+  return tested;
+}
+
+}  // namespace
+
+TEST_CASE("host-staged: every algorithm on the simulated device gives its host-only result") {
+  const int size = GENERATE(2, 3, 4);
+  const DType dtype = GENERATE(DType::I64, DType::F32);
+  CAPTURE(size, dtypeName(dtype));
+  REQUIRE(checkEveryAlgorithm(size, dtype, false) >= 20);
 }
 
 TEST_CASE("host-staged: the caller's stream may enqueue reads of the result right after issuing") {
@@ -321,4 +338,14 @@ TEST_CASE("host-staged: a schedule that fails still lets the communicator's stre
   me.comm->record(*after);
   after->synchronize();
   REQUIRE(staging.done()->query());
+}
+
+TEST_CASE("device-resident: every network algorithm reduces and copies on the device's stream and gives its host-only result") {
+  const int size = GENERATE(2, 3, 4);
+  const DType dtype = GENERATE(DType::I64, DType::F32);
+  CAPTURE(size, dtypeName(dtype));
+  // The network algorithms: ring, recursive doubling and Rabenseifner
+  // all_reduce, binomial broadcast, reduce, gather and scatter, ring
+  // all_gather and reduce_scatter, pairwise all_to_all and the barrier.
+  REQUIRE(checkEveryAlgorithm(size, dtype, true) == (dtype == DType::I64 ? 11 : 9));
 }

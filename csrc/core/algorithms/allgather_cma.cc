@@ -14,7 +14,7 @@ namespace ringx {
 // Memory traffic per rank: N copied once (N the output), against 1 + 1/n N
 // for the slot algorithm; two counter hand-offs for the whole op.
 Schedule buildAllGatherCma(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   if (a.count == 0) return s;
   const int n = a.size, r = a.rank;

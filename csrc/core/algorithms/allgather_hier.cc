@@ -21,7 +21,7 @@ Schedule buildAllGatherHier(const CollArgs& a) {
   const HostLayout& h = *a.hosts;
   ShmArea* shm = h.shm;
   const int H = h.hosts, L = h.localSize();
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   if (a.count == 0) {
     s.setAlgorithm("hier");
     return s;

@@ -17,7 +17,7 @@ namespace ringx {
 // Memory traffic per rank: N/n copied in, N copied out (N the output); no
 // bytes on any wire.
 Schedule buildAllGatherShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   if (a.count == 0) return s;
   auto* out = static_cast<std::byte*>(a.buf);

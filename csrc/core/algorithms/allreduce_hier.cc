@@ -37,7 +37,7 @@ Schedule buildAllReduceHier(const CollArgs& a) {
   ShmArea* shm = h.shm;
   const int L = h.localSize(), l = h.localRank;
   const ReduceOp sumOp = a.op == ReduceOp::Avg || a.op == ReduceOp::PremulSum ? ReduceOp::Sum : a.op;
-  Schedule s(a.dtype, sumOp);
+  Schedule s(a.dtype, sumOp, a.device);
   auto* buf = static_cast<std::byte*>(a.buf);
   StepId prev = premultiply(s, a, buf);
   if (a.count == 0) {

@@ -25,7 +25,7 @@ namespace ringx {
 // Bytes on the wire per rank: 2 (p-1)/p N (+2N on folded ranks); steps:
 // 2 log2(p) (+2 where n is not a power of two).
 Schedule buildAllReduceRabenseifner(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("rabenseifner");
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype);

@@ -16,7 +16,7 @@ namespace ringx {
 // Bytes on the wire per rank: N log2(p) (+2N on folded ranks); steps:
 // log2(p) (+2 where n is not a power of two).
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("recursive_doubling");
   const int n = a.size, r = a.rank;
   const size_t bytes = a.bytes();

@@ -26,7 +26,7 @@ namespace ringx {
 //
 // Bytes on the wire per rank: 2 (n-1)/n N; steps: 2 (n-1).
 Schedule buildAllReduceRing(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("ring");
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype);

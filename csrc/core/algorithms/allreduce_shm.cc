@@ -35,7 +35,7 @@ namespace ringx {
 // before touching their bytes, so ranks that passed different tensors fail
 // on every rank instead of reducing mismatched memory.
 Schedule buildAllReduceShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   ShmArea* shm = a.shm;
   const int n = a.size, r = a.rank;

@@ -38,7 +38,7 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
 // rank whose table and input fit its slot copies them there instead, and
 // its peers copy from the slot: twice copied, but no system call.
 Schedule buildAllToAllCma(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   const int n = a.size, r = a.rank;
   if (a.evenSplits && a.sendBytes[0] == 0) return s;

@@ -13,7 +13,7 @@ namespace ringx {
 //
 // Bytes on the wire per rank: its blocks for the n-1 others; steps: 1.
 Schedule buildAllToAllPairwise(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("pairwise");
   const int n = a.size, r = a.rank;
   auto* out = static_cast<std::byte*>(a.buf);

@@ -20,7 +20,7 @@ namespace ringx {
 //
 // Memory traffic per rank: N copied in, N copied out; no bytes on any wire.
 Schedule buildAllToAllShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype), blockElems = a.sendBytes[0] / es;

@@ -6,7 +6,7 @@ namespace ringx {
 // rank r + 2^k and waits for one from rank r - 2^k before the next round.
 // After ceil(log2 n) rounds each rank has heard, transitively, from all.
 Schedule buildBarrierDissemination(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("dissemination");
   const int n = a.size, r = a.rank;
   StepId heard = kNoStep;

@@ -9,7 +9,7 @@ namespace ringx {
 // rank has, releasing the chunk. Two counter stores per rank and no message;
 // the header check makes a rank in another collective fail, not pass.
 Schedule buildBarrierShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   ShmArea* shm = a.shm;
   const uint64_t id = shm->reserveChunks(1);

@@ -16,7 +16,7 @@ namespace ringx {
 // Bytes on the wire: N per non-root rank (the root sends N to each of its
 // ceil(log2 n) children); steps: ceil(log2 n) + segments - 1.
 Schedule buildBroadcastBinomial(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("binomial");
   if (a.size == 1 || a.count == 0) return s;
   const size_t es = dtypeSize(a.dtype);

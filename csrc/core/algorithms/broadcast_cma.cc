@@ -17,7 +17,7 @@ namespace ringx {
 // (the root's copy into the slots) for the slot algorithm; two counter
 // hand-offs for the whole op.
 Schedule buildBroadcastCma(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   if (a.size == 1 || a.count == 0) return s;
   const int n = a.size, r = a.rank, root = a.root;

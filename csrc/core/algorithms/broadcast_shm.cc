@@ -22,7 +22,7 @@ namespace ringx {
 // collective fails instead of copying the wrong bytes; the other ranks
 // publish theirs too, for ranks in another collective that wait on them.
 Schedule buildBroadcastShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   if (a.size == 1 || a.count == 0) return s;
   ShmArea* shm = a.shm;

@@ -7,6 +7,7 @@
 
 #include "core/common/identity.h"
 #include "core/common/types.h"
+#include "core/device/device.h"
 
 namespace ringx {
 
@@ -49,6 +50,9 @@ struct CollArgs {
   bool crossHost = false;
   // Set when the hierarchical algorithms apply (core/algorithms/host_layout.h).
   const HostLayout* hosts = nullptr;
+  // Set when buf and input are device memory the schedule works on in place
+  // (the device-resident path); only the network algorithms apply then.
+  DeviceQueue device;
 
   size_t bytes() const { return count * dtypeSize(dtype); }
 };

@@ -23,7 +23,7 @@ int subtreeSize(int v, int n) { return v == 0 ? n : std::min(v & -v, n - v); }
 // Bytes on the wire: each block travels once per tree level above it, at most
 // ceil(log2 n) times; steps: ceil(log2 n).
 Schedule buildGatherBinomial(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("binomial");
   const int n = a.size, r = a.rank;
   const size_t block = a.bytes();
@@ -51,7 +51,7 @@ Schedule buildGatherBinomial(const CollArgs& a) {
 // out by virtual rank, each rank receives its subtree's run from its parent,
 // forwards each child's sub-run and keeps its own (first) block.
 Schedule buildScatterBinomial(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("binomial");
   const int n = a.size, r = a.rank;
   const size_t block = a.bytes();

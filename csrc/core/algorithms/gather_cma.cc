@@ -15,7 +15,7 @@ namespace ringx {
 //
 // Memory traffic: N in all (N the root's output), N/n per rank.
 Schedule buildGatherCma(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   if (a.count == 0) return s;
   const int r = a.rank, root = a.root;
@@ -34,7 +34,7 @@ Schedule buildGatherCma(const CollArgs& a) {
 }
 
 Schedule buildScatterCma(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   if (a.count == 0) return s;
   const int r = a.rank, root = a.root;

@@ -17,7 +17,7 @@ namespace ringx {
 // Memory traffic: N/n copied in per rank, N copied out by the root (N the
 // root's output); no bytes on any wire.
 Schedule buildGatherShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   if (a.count == 0) return s;
   shmGatherBlocks(s, a, static_cast<const std::byte*>(a.input), static_cast<std::byte*>(a.buf), a.rank == a.root);

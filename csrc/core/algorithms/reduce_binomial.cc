@@ -16,7 +16,7 @@ namespace ringx {
 //
 // Bytes on the wire: N per non-root rank; steps: ceil(log2 n) + segments - 1.
 Schedule buildReduceBinomial(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("binomial");
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype), bytes = a.bytes();

@@ -30,7 +30,7 @@ Schedule buildReduceScatterHier(const CollArgs& a) {
   ShmArea* shm = h.shm;
   const int H = h.hosts, L = h.localSize(), l = h.localRank;
   const ReduceOp sumOp = a.op == ReduceOp::Avg || a.op == ReduceOp::PremulSum ? ReduceOp::Sum : a.op;
-  Schedule s(a.dtype, sumOp);
+  Schedule s(a.dtype, sumOp, a.device);
   if (a.count == 0) {
     s.setAlgorithm("hier");
     return s;

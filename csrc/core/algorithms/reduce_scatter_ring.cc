@@ -19,7 +19,7 @@ namespace ringx {
 //
 // Bytes on the wire per rank: (n-1)/n N of the N-byte input; steps: n-1.
 Schedule buildReduceScatterRing(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("ring");
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype), blockBytes = a.count * es;

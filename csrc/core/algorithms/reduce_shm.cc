@@ -20,7 +20,7 @@ namespace ringx {
 // Memory traffic per rank: N copied in, N/n x n read and N/n written by the
 // reduce; N copied out by the root; no bytes on any wire.
 Schedule buildReduceShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   if (a.count == 0) return s;
   ShmArea* shm = a.shm;

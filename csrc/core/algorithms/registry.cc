@@ -7,10 +7,12 @@ namespace ringx {
 namespace {
 
 bool always(const CollArgs&) { return true; }
-bool sharedMemory(const CollArgs& a) { return a.shm != nullptr; }
-bool sharedMemoryEvenBlocks(const CollArgs& a) { return a.shm != nullptr && a.evenSplits; }
-bool singleCopy(const CollArgs& a) { return a.shm != nullptr && a.cma != nullptr; }
-bool hierarchical(const CollArgs& a) { return a.hosts != nullptr; }
+// The host's processes cannot read device memory: the shared-memory,
+// single-copy and hierarchical algorithms run on host buffers only.
+bool sharedMemory(const CollArgs& a) { return a.shm != nullptr && !a.device; }
+bool sharedMemoryEvenBlocks(const CollArgs& a) { return sharedMemory(a) && a.evenSplits; }
+bool singleCopy(const CollArgs& a) { return sharedMemory(a) && a.cma != nullptr; }
+bool hierarchical(const CollArgs& a) { return a.hosts != nullptr && !a.device; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,

@@ -20,7 +20,7 @@ namespace ringx {
 // Memory traffic: N copied in by the root (its whole input), N/n copied out
 // by each rank; no bytes on any wire.
 Schedule buildScatterShm(const CollArgs& a) {
-  Schedule s(a.dtype, a.op);
+  Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
   if (a.count == 0) return s;
   ShmArea* shm = a.shm;

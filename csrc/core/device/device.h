@@ -62,4 +62,11 @@ class Device {
   virtual std::shared_ptr<std::byte> allocPinned(size_t bytes) = 0;
 };
 
+// Where a device-resident schedule runs its reduce, copy and scale steps.
+struct DeviceQueue {
+  Device* device = nullptr;
+  DeviceStream* stream = nullptr;
+  explicit operator bool() const { return stream != nullptr; }
+};
+
 }  // namespace ringx

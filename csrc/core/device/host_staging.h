@@ -16,6 +16,11 @@
 //
 // A schedule that fails still sets the flag (the stream must not wait
 // forever), and the host buffers live until the device is done with them.
+//
+// With no regions this is the ordering of the device-resident path: the
+// schedule (CollArgs::device) starts once the caller's stream got to the
+// call and `done` fires once it ended. Its device steps then go on another
+// stream than `comm`: one waiting on the flag would wait for itself.
 #pragma once
 
 #include <memory>

@@ -50,6 +50,8 @@ struct Communicator::Active {
   std::deque<StepId> ready;
   std::unordered_map<StepId, TransferId> inflight;
   std::vector<StepId> polling;
+  // Steps enqueued on the device, done when their event fires.
+  std::vector<std::pair<StepId, std::unique_ptr<DeviceEvent>>> onDevice;
   size_t stepsDone = 0;
   Clock::time_point deadline;
   ReduceFn reduce = nullptr;
@@ -296,6 +298,10 @@ bool Communicator::runReady(Active& a) {
 
 void Communicator::runStep(Active& a, StepId id) {
   const Step& s = a.op->schedule.steps()[id];
+  if (s.device && s.kind != StepKind::Send && s.kind != StepKind::Recv) {
+    enqueueOnDevice(a, id);
+    return;
+  }
   switch (s.kind) {
     case StepKind::Send:
     case StepKind::Recv:
@@ -322,8 +328,31 @@ void Communicator::runStep(Active& a, StepId id) {
   stepDone(a, id);
 }
 
+void Communicator::enqueueOnDevice(Active& a, StepId id) {
+  const Schedule& sched = a.op->schedule;
+  const Step& s = sched.steps()[id];
+  DeviceStream& stream = *sched.device().stream;
+  const size_t count = s.bytes / dtypeSize(sched.dtype());
+  if (s.kind == StepKind::Reduce) stream.reduce(s.dst, s.src, count, sched.dtype(), sched.op());
+  if (s.kind == StepKind::Copy) stream.copy(s.dst, s.src, s.bytes);
+  if (s.kind == StepKind::Scale) stream.scale(s.dst, count, sched.dtype(), sched.scaleFactor());
+  auto event = sched.device().device->newEvent();
+  stream.record(*event);
+  a.onDevice.emplace_back(id, std::move(event));
+}
+
 bool Communicator::runPolls(Active& a) {
   bool did = false;
+  for (size_t i = 0; i < a.onDevice.size() && !a.ended;) {
+    if (a.onDevice[i].second->query()) {
+      StepId id = a.onDevice[i].first;
+      a.onDevice.erase(a.onDevice.begin() + long(i));
+      stepDone(a, id);
+      did = true;
+    } else {
+      ++i;
+    }
+  }
   for (size_t i = 0; i < a.polling.size() && !a.ended;) {
     StepId id = a.polling[i];
     pollProgressed = false;
@@ -355,9 +384,9 @@ void Communicator::post(Active& a, StepId id) {
   Active* ap = &a;
   // Runs inside transport_->progress(): it may only record (see the header).
   auto done = [this, ap, id](const TransferResult& r) { onTransfer(*ap, id, r); };
-  TransferId tid = s.kind == StepKind::Send
-                       ? transport_->isend(s.peer, s.tag, s.src, s.bytes, MemoryKind::Host, std::move(done))
-                       : transport_->irecv(s.peer, s.tag, s.dst, s.bytes, MemoryKind::Host, std::move(done));
+  const MemoryKind mem = s.device ? a.op->schedule.device().device->memoryKind() : MemoryKind::Host;
+  TransferId tid = s.kind == StepKind::Send ? transport_->isend(s.peer, s.tag, s.src, s.bytes, mem, std::move(done))
+                                            : transport_->irecv(s.peer, s.tag, s.dst, s.bytes, mem, std::move(done));
   // Callbacks run only from progress(), so the entry is here before its
   // callback looks it up.
   a.inflight.emplace(id, tid);
@@ -486,7 +515,13 @@ void Communicator::settle() {
 
 bool Communicator::reapFinished() {
   size_t before = active_.size();
-  active_.remove_if([](const std::unique_ptr<Active>& a) { return a->ended && a->inflight.empty(); });
+  active_.remove_if([](const std::unique_ptr<Active>& a) {
+    if (!a->ended || !a->inflight.empty()) return false;
+    // An op that ended early may still have device work on its buffers and
+    // scratch: wait for it (failures only; a finished op has none left).
+    for (auto& [step, event] : a->onDevice) event->synchronize();
+    return true;
+  });
   return active_.size() != before;
 }
 
@@ -586,7 +621,7 @@ bool Communicator::onlyPolling() const {
   bool polling = false;
   for (auto& a : active_) {
     if (a->ended) continue;
-    if (!a->inflight.empty()) return false;
+    if (!a->inflight.empty() || !a->onDevice.empty()) return false;
     for (StepId id : a->polling) {
       if (a->op->schedule.pollOnDevice(a->op->schedule.steps()[id])) return false;
     }
@@ -611,7 +646,7 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince, uint32_t be
                                         std::optional<Clock::time_point> until) {
   Nap nap;
   const bool polling = std::any_of(active_.begin(), active_.end(),
-                                   [](auto& a) { return !a->ended && !a->polling.empty(); });
+                                   [](auto& a) { return !a->ended && (!a->polling.empty() || !a->onDevice.empty()); });
   if (Clock::now() - idleSince < options_.spin) {
     nap.kind = Nap::Kind::Yield;
   } else if (polling) {

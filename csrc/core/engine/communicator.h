@@ -129,6 +129,7 @@ class Communicator {
   bool startSubmitted();
   bool runReady(Active& a);
   bool runPolls(Active& a);
+  void enqueueOnDevice(Active& a, StepId id);
   bool poll(Active& a, StepId id);
   void failOnDeadPeer();
   bool stillNeeds(const Active& a, int peer) const;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/common/types.h"
+#include "core/device/device.h"
 #include "core/reduce/reduce.h"
 
 namespace ringx {
@@ -42,11 +43,17 @@ struct Step {
   void* dst = nullptr;        // Recv target; Reduce/Copy/Scale destination
   const void* src = nullptr;  // Send source; Reduce/Copy source
   size_t bytes = 0;           // Send/Recv/Copy length; Reduce/Scale: bytes of dst
+  bool device = false;        // its buffers are device memory (the schedule's DeviceQueue)
 };
 
+// A schedule on device buffers (`device` set) marks its steps: the engine
+// enqueues their reduce, copy and scale on the device's stream, each done
+// when its event has fired, and their transfers name the device's memory.
+// Its scratch is device memory. Appended to a host schedule (the identity
+// check), its steps stay device steps and the host's stay host steps.
 class Schedule {
  public:
-  Schedule(DType dtype, ReduceOp op) : dtype_(dtype), op_(op) {}
+  Schedule(DType dtype, ReduceOp op, DeviceQueue device = {}) : dtype_(dtype), op_(op), device_(device) {}
 
   // Adds a step that may start once every listed step is done; kNoStep
   // entries are ignored so builders can pass optional dependencies.
@@ -56,6 +63,7 @@ class Schedule {
   StepId add(const Step& step, std::span<const StepId> deps) {
     StepId id = StepId(steps_.size());
     steps_.push_back(step);
+    steps_.back().device = bool(device_) && step.kind != StepKind::Poll;
     dependents_.emplace_back();
     uint32_t n = 0;
     for (StepId d : deps) {
@@ -125,6 +133,10 @@ class Schedule {
 
   // Scratch memory owned by the schedule (receive slots, staging copies).
   std::byte* scratch(size_t bytes) {
+    if (device_) {
+      deviceScratch_.push_back(device_.device->allocDevice(bytes));
+      return deviceScratch_.back().get();
+    }
     scratch_.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes ? bytes : 1));
     return scratch_.back().get();
   }
@@ -144,6 +156,7 @@ class Schedule {
   // dtype, op and scale factor per schedule: when both reduce, the caller
   // must have checked that those agree.
   void append(Schedule&& other) {
+    if (!device_) device_ = other.device_;
     if (!reduces()) {
       dtype_ = other.dtype_;
       op_ = other.op_;
@@ -162,6 +175,7 @@ class Schedule {
     }
     for (auto& p : other.polls_) polls_.push_back(std::move(p));
     for (auto& b : other.scratch_) scratch_.push_back(std::move(b));
+    for (auto& b : other.deviceScratch_) deviceScratch_.push_back(std::move(b));
     for (auto& fn : other.abandon_) abandon_.push_back(std::move(fn));
     algorithm_ += (algorithm_.empty() ? "" : "+") + other.algorithm_;
     other = Schedule(other.dtype_, other.op_);
@@ -197,6 +211,7 @@ class Schedule {
   void setAlgorithm(std::string name) { algorithm_ = std::move(name); }
 
   DType dtype() const { return dtype_; }
+  const DeviceQueue& device() const { return device_; }
   ReduceOp op() const { return op_; }
   double scaleFactor() const { return scaleFactor_; }
   const std::string& algorithm() const { return algorithm_; }
@@ -208,11 +223,13 @@ class Schedule {
   DType dtype_;
   ReduceOp op_;
   double scaleFactor_ = 1.0;
+  DeviceQueue device_;
   std::string algorithm_;
   std::vector<Step> steps_;
   std::vector<std::vector<StepId>> dependents_;
   std::vector<uint32_t> depCount_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
+  std::vector<std::shared_ptr<std::byte>> deviceScratch_;
   struct PollStep {
     PollFn ready;
     WaitingOnFn waitingOn;
