@@ -37,11 +37,16 @@ WHEEL_REQS := torch==$(TORCH1) libucx-cu13 numpy
 
 # The second torch release ringx is built and tested against (torch-compat): a
 # CUDA build on this machine's disk that runs here on the CPU. ringx gets its
-# own build folder for it, so the two builds never reconfigure each other.
+# own build folder for it, so the two builds never reconfigure each other, and
+# is built with RINGX_CUDA=on: this is CI's CUDA build (compile, link, import,
+# the CPU tests, and tools/check_cuda_archs.py on the kernels).
 TORCH2 := 2.14.1
 TORCH2_VENV := build/venv-torch$(basename $(TORCH2))
 TORCH2_VPY := $(TORCH2_VENV)/bin/python
-TORCH2_REQS := torch==$(TORCH2) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy
+# cuobjdump (not part of the machine's CUDA toolkit) reads the kernels' SASS and
+# PTX for tools/check_cuda_archs.py.
+TORCH2_REQS := torch==$(TORCH2) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy \
+	nvidia-cuda-cuobjdump==13.4.92
 # Wheels built against each torch (a wheel requires exactly its torch).
 WHEEL1_DIR := build/wheels/torch$(TORCH1)
 WHEEL2_DIR := build/wheels/torch$(TORCH2)
@@ -180,7 +185,8 @@ $(TORCH2_VENV_STAMP): | sysdeps
 $(WHEEL2_STAMP): $(TORCH2_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
 	rm -rf $(@D) && mkdir -p $(@D)
 	PATH="$(CURDIR)/$(TORCH2_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(TORCH2_VPY) -m pip wheel \
-	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} . -w $(@D)
+	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} \
+	  -C cmake.define.RINGX_CUDA=on . -w $(@D)
 	$(TORCH2_VPY) -m pip install -q --no-deps --force-reinstall $(@D)/ringx-*.whl
 	@touch $@
 
@@ -188,6 +194,8 @@ torch-compat: sysdeps venv $(WHEEL1_STAMP) $(WHEEL2_STAMP)
 	@start=$$(date +%s); rc=0; \
 	echo "======== torch-compat: tests on torch $(TORCH2) ========"; \
 	timeout -k 30 $(TORCH2_TIMEOUT) $(TORCH2_VPY) -m pytest $(TORCH2_TESTS) -q -p no:cacheprovider || rc=1; \
+	echo "======== torch-compat: the CUDA kernels of every architecture ========"; \
+	$(TORCH2_VPY) tools/check_cuda_archs.py $$(ls $(TORCH2_VENV)/lib/python3*/site-packages/ringx/_C*.so) || rc=1; \
 	echo "======== torch-compat: each wheel beside the other torch ========"; \
 	RINGX_COMPAT_A_PYTHON=$(CURDIR)/$(VPY) RINGX_COMPAT_A_WHEEL=$$(ls $(CURDIR)/$(WHEEL1_DIR)/ringx-*.whl) \
 	RINGX_COMPAT_B_PYTHON=$(CURDIR)/$(TORCH2_VPY) RINGX_COMPAT_B_WHEEL=$$(ls $(CURDIR)/$(WHEEL2_DIR)/ringx-*.whl) \
