@@ -1,13 +1,7 @@
-# RINGX_CUDA decides whether ringx builds its CUDA side (the kernels, and an
-# extension linked against torch's CUDA libraries). It leaves RINGX_WITH_CUDA
-# ON or OFF for every subdirectory, with the CUDA language enabled and
-# CUDA::cudart defined when ON.
-set(RINGX_CUDA "auto" CACHE STRING
-  "Build the CUDA side: auto (when the extension is built against a CUDA torch and nvcc is found), on or off")
-set_property(CACHE RINGX_CUDA PROPERTY STRINGS auto on off)
-if(NOT RINGX_CUDA MATCHES "^(auto|on|off)$")
-  message(FATAL_ERROR "RINGX_CUDA must be auto, on or off, not '${RINGX_CUDA}'")
-endif()
+# Turns RINGX_CUDA (top-level CMakeLists.txt) into the decision whether ringx
+# builds its CUDA side (the kernels, and an extension linked against torch's
+# CUDA libraries). It leaves RINGX_WITH_CUDA ON or OFF for every subdirectory,
+# with the CUDA language enabled and CUDA::cudart defined when ON.
 
 # SASS for A100 (sm_80), H100 (sm_90) and B200 (sm_100), plus compute_100 PTX
 # that the driver compiles for GPUs newer than all three. Set before
