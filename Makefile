@@ -37,11 +37,16 @@ WHEEL_REQS := torch==$(TORCH1) libucx-cu13 numpy
 
 # The second torch release ringx is built and tested against (torch-compat): a
 # CUDA build on this machine's disk that runs here on the CPU. ringx gets its
-# own build folder for it, so the two builds never reconfigure each other.
+# own build folder for it, so the two builds never reconfigure each other, and
+# is built with RINGX_CUDA=on: this is CI's CUDA build (compile, link, import,
+# the CPU tests, and tools/check_cuda_archs.py on the kernels).
 TORCH2 := 2.14.1
 TORCH2_VENV := build/venv-torch$(basename $(TORCH2))
 TORCH2_VPY := $(TORCH2_VENV)/bin/python
-TORCH2_REQS := torch==$(TORCH2) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy
+# cuobjdump (not part of the machine's CUDA toolkit) reads the kernels' SASS and
+# PTX for tools/check_cuda_archs.py.
+TORCH2_REQS := torch==$(TORCH2) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy \
+	nvidia-cuda-cuobjdump==13.4.92
 # Wheels built against each torch (a wheel requires exactly its torch).
 WHEEL1_DIR := build/wheels/torch$(TORCH1)
 WHEEL2_DIR := build/wheels/torch$(TORCH2)
@@ -70,7 +75,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test-system-ucx test demo testbed bench bench-ddp bench-testbed clean distclean test-faults
+.PHONY: help sysdeps venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-testbed clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -80,6 +85,7 @@ help:
 	@echo "make py-test     pytest tests/python"
 	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
 	@echo "make torch-compat  build and test against torch $(TORCH2) too; a wheel beside the other torch"
+	@echo "make test-gpu    tests/gpu: collectives on CUDA tensors (needs a GPU; skips without one)"
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
 	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
@@ -180,7 +186,8 @@ $(TORCH2_VENV_STAMP): | sysdeps
 $(WHEEL2_STAMP): $(TORCH2_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
 	rm -rf $(@D) && mkdir -p $(@D)
 	PATH="$(CURDIR)/$(TORCH2_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(TORCH2_VPY) -m pip wheel \
-	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} . -w $(@D)
+	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} \
+	  -C cmake.define.RINGX_CUDA=on . -w $(@D)
 	$(TORCH2_VPY) -m pip install -q --no-deps --force-reinstall $(@D)/ringx-*.whl
 	@touch $@
 
@@ -188,12 +195,29 @@ torch-compat: sysdeps venv $(WHEEL1_STAMP) $(WHEEL2_STAMP)
 	@start=$$(date +%s); rc=0; \
 	echo "======== torch-compat: tests on torch $(TORCH2) ========"; \
 	timeout -k 30 $(TORCH2_TIMEOUT) $(TORCH2_VPY) -m pytest $(TORCH2_TESTS) -q -p no:cacheprovider || rc=1; \
+	echo "======== torch-compat: the CUDA kernels of every architecture ========"; \
+	$(TORCH2_VPY) tools/check_cuda_archs.py $$(ls $(TORCH2_VENV)/lib/python3*/site-packages/ringx/_C*.so) || rc=1; \
 	echo "======== torch-compat: each wheel beside the other torch ========"; \
 	RINGX_COMPAT_A_PYTHON=$(CURDIR)/$(VPY) RINGX_COMPAT_A_WHEEL=$$(ls $(CURDIR)/$(WHEEL1_DIR)/ringx-*.whl) \
 	RINGX_COMPAT_B_PYTHON=$(CURDIR)/$(TORCH2_VPY) RINGX_COMPAT_B_WHEEL=$$(ls $(CURDIR)/$(WHEEL2_DIR)/ringx-*.whl) \
 	timeout -k 30 600 $(VPY) -m pytest tests/compat -q -p no:cacheprovider || rc=1; \
 	echo "torch-compat: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s"; \
 	exit $$rc
+
+# tests/gpu (issue 14): ringx on CUDA tensors, several ranks per GPU. Run with
+# .venv when its torch is a CUDA build, else with torch-compat's CUDA venv and
+# wheel. Without a GPU every test skips with one reason (the run still shows
+# that the CUDA build imports and the suite collects; the reason heads the output).
+GPU_TEST_TIMEOUT := 1800
+
+test-gpu: sysdeps venv
+	@if $(VPY) -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)'; then \
+	  py=$(VPY); $(MAKE) --no-print-directory build; \
+	else \
+	  py=$(TORCH2_VPY); $(MAKE) --no-print-directory $(WHEEL2_STAMP); \
+	fi; \
+	echo "======== test-gpu: tests/gpu with $$py ========"; \
+	timeout -k 30 $(GPU_TEST_TIMEOUT) $$py -m pytest tests/gpu -p no:cacheprovider
 
 # The site's UCX (issue 13): RDMA clusters bring their own UCX (HPC-X, MOFED,
 # a distro's), which the libucx wheel cannot stand in for. This keeps that path
@@ -247,12 +271,13 @@ SUMMARY_py-test := passed|failed|error|no tests ran
 SUMMARY_wheel-test := wheel smoke:
 SUMMARY_test-sanitize := test-sanitize:
 SUMMARY_torch-compat := torch-compat:
+SUMMARY_test-gpu := passed|failed|skipped|error|no tests ran
 SUMMARY_test-system-ucx := test-system-ucx:
 
 # Runs every suite even when one fails, then says which passed; fails if any did.
 test: sysdeps venv build
 	@mkdir -p build/logs; rc=0; results=(); \
-	for t in cpp-test py-test wheel-test torch-compat test-system-ucx test-sanitize; do \
+	for t in cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test-sanitize; do \
 	  echo "======== $$t ========"; \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
 	  results+=("$$t|$$s"); \
@@ -263,6 +288,7 @@ test: sysdeps venv build
 	  case $$t in \
 	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
 	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; torch-compat) pat='$(SUMMARY_torch-compat)';; \
+	    test-gpu) pat='$(SUMMARY_test-gpu)';; \
 	    test-system-ucx) pat='$(SUMMARY_test-system-ucx)';; \
 	    *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \

@@ -49,19 +49,20 @@ def split(r: int, k: int, seg: int) -> int:
 class Case:
     """Buffers, fill and check for one (collective, size) on this rank."""
 
-    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0):
-        self.coll, self.n, self.rank, self.dtype = coll, n, rank, dtype
+    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0, device="cpu"):
+        self.coll, self.n, self.rank, self.dtype, self.device = coll, n, rank, dtype, device
         self.root_arg = root  # rooted collectives' root; -1: t % n, rotating
         seg = count // n if coll in SEGMENTED else count
         self.seg = seg
-        self.P = torch.arange(7, dtype=dtype).repeat((seg + 6) // 7)[:seg].contiguous()
+        self.P = torch.arange(7, dtype=dtype, device=device).repeat((seg + 6) // 7)[:seg].contiguous()
         if coll == "all_to_allv":
             # lens[r][k] = s(r, k); rank r's input rows are lens[r], its output rows lens[k][r].
             self.lens = [[split(r, k, seg) for k in range(n)] for r in range(n)]
             self.in_splits = self.lens[rank]
             self.out_splits = [self.lens[k][rank] for k in range(n)]
-            self.in_rep, self.out_rep = torch.tensor(self.in_splits), torch.tensor(self.out_splits)
-            pl = torch.arange(7, dtype=dtype).repeat((2 * seg + 6) // 7 + 1)
+            self.in_rep = torch.tensor(self.in_splits, device=device)
+            self.out_rep = torch.tensor(self.out_splits, device=device)
+            pl = torch.arange(7, dtype=dtype, device=device).repeat((2 * seg + 6) // 7 + 1)
             self.base = torch.cat([pl[:s] for s in self.out_splits])
             self.base_in = torch.cat([pl[:s] for s in self.in_splits])
             in_count, out_count = sum(self.in_splits), sum(self.out_splits)
@@ -71,8 +72,8 @@ class Case:
             out_count = {"all_gather_into_tensor": n * seg, "reduce_scatter_tensor": seg,
                          "all_to_all_single": n * seg, "gather": n * seg, "scatter": seg}.get(coll, 0)
         self.in_count, self.out_count = in_count, out_count
-        self.ins = [torch.zeros(in_count, dtype=dtype) for _ in range(nbuf)]
-        self.outs = [torch.zeros(out_count, dtype=dtype) for _ in range(nbuf)] if out_count else None
+        self.ins = [torch.zeros(in_count, dtype=dtype, device=device) for _ in range(nbuf)]
+        self.outs = [torch.zeros(out_count, dtype=dtype, device=device) for _ in range(nbuf)] if out_count else None
         if coll == "gather":
             self.rows = [list(o.view(n, seg).unbind(0)) for o in self.outs]
         elif coll == "scatter":
@@ -108,7 +109,7 @@ class Case:
             else:
                 inp.fill_(-1 if self.dtype != torch.uint8 else 255)
         elif coll == "all_to_allv":
-            add = torch.tensor([self.g(r, k, t) for k in range(n)], dtype=self.dtype)
+            add = torch.tensor([self.g(r, k, t) for k in range(n)], dtype=self.dtype, device=self.device)
             torch.add(self.base_in, add.repeat_interleave(self.in_rep), out=inp)
         else:
             rows = inp.view(n, self.seg)
@@ -117,7 +118,7 @@ class Case:
                 add = [self.c(r, t) + k for k in range(n)]
             else:  # all_to_all; scatter, where only the root's rows are sent
                 add = [self.g(r, k, t) for k in range(n)]
-            rows.add_(torch.tensor(add, dtype=self.dtype).view(n, 1))
+            rows.add_(torch.tensor(add, dtype=self.dtype, device=self.device).view(n, 1))
 
     def expected_consts(self, t):
         n, r = self.n, self.rank
@@ -141,7 +142,7 @@ class Case:
         if self.coll == "gather" and self.rank != self.root(t):
             return 0  # only the root receives
         out = self.result(i)
-        k = torch.tensor(self.expected_consts(t), dtype=self.dtype)
+        k = torch.tensor(self.expected_consts(t), dtype=self.dtype, device=self.device)
         if self.coll == "all_to_allv":
             out.sub_(k.repeat_interleave(self.out_rep))
             return 0 if torch.equal(out, self.base) else int((out != self.base).sum())

@@ -40,6 +40,7 @@ class MpiVariant:
 
     def __init__(self, label):
         self.label = label
+        self.device = torch.device("cpu")  # MPI ranks work on host buffers
         self.comm = MPI.COMM_WORLD
         self.broken = None
         self._case = None

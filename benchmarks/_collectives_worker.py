@@ -23,6 +23,11 @@ buffers (_collectives_cma.py). Rank 0 prints each size's rows as soon as all var
 have run them (with the rows of an MPI world that ran before, read from its records)
 and appends a JSON record per (collective, size, pattern, variant) to the file the
 launcher named. Buffers, fills and checks: _collectives_cases.py.
+
+With --device cuda the buffers live on cuda:LOCAL_RANK (modulo the GPUs), nccl may
+be a variant beside ringx and gloo, each timed call ends when the caller's stream
+has finished it, and the single-copy bound is not measured. The default gloo group
+still carries the harness's own host-side traffic.
 """
 
 from __future__ import annotations
@@ -145,10 +150,10 @@ def measure_bound(args, n, rank):
 class TorchVariant:
     """A torch.distributed backend as measured: its group and the LOCAL_WORLD_SIZE its calls see."""
 
-    def __init__(self, label, group, local_world_size):
-        self.label, self.group, self.lws = label, group, local_world_size
+    def __init__(self, label, group, local_world_size, device):
+        self.label, self.group, self.lws, self.device = label, group, local_world_size, device
         self.broken = None  # error text once a call failed; later points are skipped
-        self._sync = torch.zeros(1, dtype=torch.float32)
+        self._sync = torch.zeros(1, dtype=torch.float32, device=device)
 
     def enter(self):
         if self.lws is None:
@@ -164,6 +169,9 @@ class TorchVariant:
 
     def call(self, case, i, t):
         case.op(self.group, i, t)
+        if self.device.type == "cuda":
+            # A CUDA collective returns once enqueued: time it to its completion.
+            torch.cuda.current_stream(self.device).synchronize()
 
 
 class Between:
@@ -200,7 +208,7 @@ def probe(var, coll, dtype, n, rank, root):
     status = "ok"
     try:
         var.enter()
-        case = Case(coll, n * 7, dtype, n, rank, 1, root)
+        case = Case(coll, n * 7, dtype, n, rank, 1, root, var.device)
         case.fill(0, 0)
         var.call(case, 0, 0)
     except Exception as e:  # noqa: BLE001 - reported as data
@@ -339,6 +347,10 @@ def main(args):
         # Before the process groups start their threads: they inherit it.
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=args.pg_timeout)
     dist.init_process_group("gloo", timeout=timeout)
     inter_group = dist.new_group(backend="gloo", timeout=timeout)
@@ -361,26 +373,28 @@ def main(args):
 
         variants.append(_collectives_mpi.MpiVariant(args._mpi))
         emit({"kind": "library", "world": n, "backend": args._mpi, "library": _collectives_mpi.library()})
-    ringx_err = None
-    if "ringx" in args.backends and not args._mpi:
+    for name in ("ringx", "nccl"):
+        if name not in args.backends or args._mpi:
+            continue
+        err = None
         try:
-            import ringx  # noqa: F401  (registers the backend)
+            if name == "ringx":
+                import ringx  # noqa: F401  (registers the backend)
 
-            variants.append(TorchVariant("ringx", dist.new_group(backend="ringx", timeout=timeout), n))
+            variants.append(TorchVariant(name, dist.new_group(backend=name, timeout=timeout), n, device))
         except Exception as e:  # noqa: BLE001
-            ringx_err = f"{type(e).__name__}: {e}".splitlines()[0]
-        ok = _agree_ok(ringx_err is None)
-        if not ok:
-            variants = []
-            say(f"# ringx unavailable: {ringx_err or 'failed on another rank'}")
-            emit({"kind": "error", "world": n, "backend": "ringx", "error": ringx_err or "another rank"})
+            err = f"{type(e).__name__}: {e}".splitlines()[0]
+        if not _agree_ok(err is None):
+            variants = [v for v in variants if v.label != name]
+            say(f"# {name} unavailable: {err or 'failed on another rank'}")
+            emit({"kind": "error", "world": n, "backend": name, "error": err or "another rank"})
     if "gloo" in args.backends and not args._mpi:
         world = dist.group.WORLD
         modes = args._gloo_modes
         if "torchrun" in modes:
-            variants.append(TorchVariant(report.GLOO_LABELS["torchrun"], world, n))
+            variants.append(TorchVariant(report.GLOO_LABELS["torchrun"], world, n, device))
         if "tcp" in modes:
-            variants.append(TorchVariant(report.GLOO_LABELS["tcp"], world, None))
+            variants.append(TorchVariant(report.GLOO_LABELS["tcp"], world, None, device))
     peers, peer_labels = _load_peers(args._peer) if rank == 0 else ({}, [])
 
     bound = measure_bound(args, n, rank) if not (args.no_bound or args._mpi) else None
@@ -420,9 +434,10 @@ def main(args):
             nbuf = max(1, min(args.max_buffers, math.ceil(args.rotate_mult * llc / max(per_rank, 1))))
             case = None
             need = (nbuf + 2) * per_rank  # rotating buffers, the pattern and the check base
-            if need * n < 0.6 * _mem_available():
+            free = _mem_available() if device.type == "cpu" else torch.cuda.mem_get_info(device)[0]
+            if need * n < 0.6 * free:
                 try:
-                    case = Case(coll, count, dtype, n, rank, nbuf, args.root)
+                    case = Case(coll, count, dtype, n, rank, nbuf, args.root, device)
                 except RuntimeError:  # allocation failed: skip this size for everyone
                     pass
             if not _agree_ok(case is not None):

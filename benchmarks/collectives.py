@@ -6,6 +6,7 @@
     python benchmarks/collectives.py --pattern back-to-back --backends ringx,mpi
     python benchmarks/collectives.py --plot                # also a PNG next to the JSON
     python benchmarks/collectives.py --summary FILE.json   # the targets of a saved run
+    python benchmarks/collectives.py --device cuda --backends ringx,nccl   # CUDA buffers (needs a GPU)
 
 The script spawns its own ranks (a torchrun-like environment: RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, OMP_NUM_THREADS=1) and bounds each
@@ -71,8 +72,13 @@ def parse_args(argv=None):
                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"])
     p.add_argument("--root", type=int, default=0,
                    help="broadcast root (default 0, as nccl-tests); -1 rotates it every iteration")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the buffers live: cpu, or cuda (rank r on cuda:r modulo the GPUs; each call "
+                        "timed to its completion on the GPU; no MPI and no single-copy bound; nccl may be "
+                        "listed in --backends, with one GPU per rank)")
     p.add_argument("--backends", default="ringx,gloo,mpi",
-                   help="ringx, gloo, mpi (Open MPI), mpich (MPICH), comma-separated (default ringx,gloo,mpi)")
+                   help="ringx, gloo, mpi (Open MPI), mpich (MPICH), nccl (--device cuda only), comma-separated "
+                        "(default ringx,gloo,mpi)")
     p.add_argument("--pattern", default=",".join(PATTERNS),
                    help="back-to-back, compute-gap, interleaved, comma-separated (default all three)")
     p.add_argument("--pattern-max-bytes", type=parse_bytes, default=1 << 20,
@@ -138,9 +144,18 @@ def parse_args(argv=None):
     if bad:
         p.error(f"unknown collective(s) {bad}; choose from {report.COLLS}")
     a.backends = [b.strip() for b in a.backends.split(",") if b.strip()]
-    bad = [b for b in a.backends if b not in ("ringx", "gloo", "mpi", "mpich")]
+    bad = [b for b in a.backends if b not in ("ringx", "gloo", "mpi", "mpich", "nccl")]
     if bad:
-        p.error(f"unknown backend(s) {bad}; choose from ringx, gloo, mpi, mpich")
+        p.error(f"unknown backend(s) {bad}; choose from ringx, gloo, mpi, mpich, nccl")
+    if "nccl" in a.backends and a.device != "cuda":
+        p.error("nccl runs on CUDA buffers only: add --device cuda")
+    if a.device == "cuda":
+        # MPI ranks and the single-copy bound work on host memory.
+        host_only = [b for b in a.backends if b in ("mpi", "mpich")]
+        if host_only and any(x == "--backends" or x.startswith("--backends=") for x in (sys.argv[1:] if argv is None else argv)):
+            p.error(f"--device cuda: {', '.join(host_only)} work(s) on host buffers only; leave it out of --backends")
+        a.backends = [b for b in a.backends if b not in host_only]
+        a.no_bound = True
     a.patterns = [x.strip() for x in a.pattern.split(",") if x.strip()]
     bad = [x for x in a.patterns if x not in PATTERNS]
     if bad:
@@ -215,6 +230,21 @@ def machine() -> dict:
     except Exception:  # noqa: BLE001
         pass
     return info
+
+
+def cuda_unavailable(args) -> str | None:
+    """Why --device cuda cannot run here, or None."""
+    import torch
+
+    if not torch.version.cuda:
+        return f"torch {torch.__version__} is a CPU build; install a CUDA build of torch"
+    if not torch.cuda.is_available():
+        return (f"no CUDA GPU here (torch {torch.__version__}, CUDA {torch.version.cuda}: "
+                f"torch.cuda.is_available() is False)")
+    gpus = torch.cuda.device_count()
+    if "nccl" in args.backends and max(args.worlds) > gpus:
+        return f"nccl needs one GPU per rank: world {max(args.worlds)} on {gpus} GPU(s)"
+    return None
 
 
 def _loadavg() -> str:
@@ -438,6 +468,11 @@ def main():
             saved = json.load(f)
         print_summary(saved["records"], saved["meta"], ["ringx"])
         return 0
+    if args.device == "cuda":
+        why = cuda_unavailable(args)
+        if why:
+            print(f"collectives.py: --device cuda: {why}", file=sys.stderr)
+            return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     json_path = args.json or os.path.join(os.getcwd(), "bench-results", f"collectives-{stamp}.json")

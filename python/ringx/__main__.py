@@ -35,6 +35,12 @@ def _usable_cpus():
         return os.cpu_count()
 
 
+def _cuda_text():
+    if not _build_info.cuda:
+        return "off"
+    return f"on (architectures {', '.join(_build_info.cuda_archs)})"
+
+
 def report():
     simd = _C._simd()
     ucx = _C._ucx()
@@ -42,7 +48,7 @@ def report():
     lines = [
         f"ringx {ringx.__version__} ({os.path.dirname(ringx.__file__)})",
         f"  built for torch {_build_info.torch_version}, with {_build_info.compiler}, "
-        f"{_build_info.build_type}, CUDA {'on' if _build_info.cuda else 'off'}",
+        f"{_build_info.build_type}, CUDA {_cuda_text()}",
         f"  CPU kernels for {', '.join(simd['targets'])}; this CPU runs {simd['in_use']}",
         f"torch {torch.__version__} ({os.path.dirname(torch.__file__)})",
         f"python {platform.python_version()} on {platform.platform()}, "

@@ -9,6 +9,7 @@ here the extension's failure is simulated by a `libucx` that cannot load.
 
 import functools
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -57,6 +58,23 @@ def test_wheel_requires_exactly_the_torch_it_was_built_for():
     assert built_for == in_use, "this venv's ringx was built against another torch: make build"
     torch_reqs = [r for r in importlib.metadata.requires("ringx") if re.match(r"torch\b", r)]
     assert torch_reqs == [f"torch=={built_for.split('+')[0]}"], torch_reqs
+
+
+def test_cuda_build_info_is_consistent():
+    """A CUDA build (RINGX_CUDA) names its architectures and needs a CUDA torch; a CPU build names none."""
+    rc, out, err = python("-c", "import json, torch, ringx._build_info as b; "
+                          "print(json.dumps([b.cuda, b.cuda_archs, torch.version.cuda]))")
+    assert rc == 0, err
+    cuda, archs, torch_cuda = json.loads(out)
+    rc, report, err = python("-m", "ringx")
+    assert rc == 0, err
+    if cuda:
+        assert torch_cuda, "ringx was built with CUDA but this torch is a CPU build"
+        assert archs, "a CUDA build lists the architectures it was compiled for"
+        assert f"CUDA on (architectures {', '.join(archs)})" in report, report
+    else:
+        assert archs == []
+        assert "CUDA off" in report, report
 
 
 def test_python_m_ringx_reports_what_a_bug_report_needs():

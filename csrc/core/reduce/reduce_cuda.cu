@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -29,26 +30,63 @@ struct alignas(kPackBytes) Pack {
 };
 
 constexpr unsigned kThreads = 256;
-// 1024 blocks of 256 threads fill every SM of current GPUs (an H100 holds
-// about 1056 such blocks at once); larger buffers are covered by the
-// grid-stride loops rather than by more blocks.
-constexpr size_t kMaxBlocks = 1024;
+// sm_80, sm_90 and sm_100 each hold 2048 resident threads per SM: eight
+// blocks per SM fill the device once, and the grid-stride loops cover larger
+// buffers without more blocks.
+constexpr int kBlocksPerSm = 8;
+
+// Cached per device, so that a launch on the hot path makes no attribute query.
+constexpr int kMaxDevices = 64;
+std::atomic<int> smCounts[kMaxDevices];
+
+void check(cudaError_t err, const char* what, const char* call) {
+  if (err != cudaSuccess) {
+    throw Error(ErrorKind::Internal, std::string(what) + ": " + call + " failed: " + cudaGetErrorString(err));
+  }
+}
+
+int smCount(const char* what) {
+  int device = 0;
+  check(cudaGetDevice(&device), what, "cudaGetDevice");
+  if (device < kMaxDevices) {
+    const int cached = smCounts[device].load(std::memory_order_relaxed);
+    if (cached != 0) return cached;
+  }
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what, "cudaDeviceGetAttribute");
+  if (device < kMaxDevices) smCounts[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
 
 // How a buffer is walked: `head` elements one by one up to the first pack
 // boundary, then `packs` whole packs, then the remaining elements one by one.
-// Two pointers that are not equally misaligned never reach a boundary
-// together, so they are walked element by element throughout.
+// Pointers that are not equally misaligned never reach a boundary together,
+// so they are walked element by element throughout.
 struct Split {
   size_t head;
   size_t packs;
 };
 
 template <class S>
-Split splitFor(const void* a, const void* b, size_t count) {
-  const uintptr_t offset = reinterpret_cast<uintptr_t>(a) % kPackBytes;
-  if (reinterpret_cast<uintptr_t>(b) % kPackBytes != offset || offset % sizeof(S) != 0) return {count, 0};
+Split splitFor(const void* const* ptrs, int n, size_t count) {
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(ptrs[0]) % kPackBytes;
+  if (offset % sizeof(S) != 0) return {count, 0};
+  for (int k = 1; k < n; ++k) {
+    if (reinterpret_cast<uintptr_t>(ptrs[k]) % kPackBytes != offset) return {count, 0};
+  }
   const size_t head = std::min(count, ((kPackBytes - offset) % kPackBytes) / sizeof(S));
   return {head, (count - head) / Pack<S>::kSize};
+}
+
+// Blocks for one launch over `count` elements walked as `split`: the head and
+// tail loops each need at most the loose-element count of threads.
+template <class S>
+unsigned gridFor(size_t count, Split split, const char* what) {
+  const size_t loose = count - split.packs * Pack<S>::kSize;
+  const size_t threads = std::max(split.packs, loose);
+  const size_t needed = (threads + kThreads - 1) / kThreads;
+  const size_t full = static_cast<size_t>(smCount(what)) * kBlocksPerSm;
+  return static_cast<unsigned>(std::min(needed, full));
 }
 
 // dst[i] = step(dst[i], src[i]), grid-stride. A step that ignores its second
@@ -74,16 +112,59 @@ __global__ void __launch_bounds__(kThreads) mapKernel(S* dst, const S* src, size
 template <class S, class Step>
 void launch(S* dst, const S* src, size_t count, Step step, cudaStream_t stream, const char* what) {
   if (count == 0) return;
-  const Split split = splitFor<S>(dst, src, count);
-  // The head and tail loops each need at most the loose-element count of threads.
-  const size_t loose = count - split.packs * Pack<S>::kSize;
-  const size_t threads = std::max(split.packs, loose);
-  const size_t blocks = std::min(kMaxBlocks, (threads + kThreads - 1) / kThreads);
-  mapKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dst, src, count, split, step);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw Error(ErrorKind::Internal, std::string(what) + ": CUDA kernel launch failed: " + cudaGetErrorString(err));
+  const void* ptrs[] = {dst, src};
+  const Split split = splitFor<S>(ptrs, 2, count);
+  mapKernel<<<gridFor<S>(count, split, what), kThreads, 0, stream>>>(dst, src, count, split, step);
+  check(cudaGetLastError(), what, "kernel launch");
+}
+
+// The n-way reduce takes its source pointers by value in the kernel's
+// parameters (the caller's array is host memory), so one launch reads at most
+// kMaxSources of them; the parameter block stays far below the 4 KiB limit.
+constexpr int kMaxSources = 32;
+
+template <class S>
+struct Sources {
+  const S* p[kMaxSources];
+};
+
+// dst[i] = op(...op(srcs[0][i], srcs[1][i])..., srcs[nsrc-1][i]), combined in
+// index order and in Acc (float32 for 16-bit floats), stored once. Each
+// thread reads every source of an element before writing it, so dst may be
+// one of the sources.
+template <DType D, ReduceOp O>
+__global__ void __launch_bounds__(kThreads)
+    reduceNKernel(typename Elem<D>::Storage* dst, Sources<typename Elem<D>::Storage> srcs, int nsrc, size_t count,
+                  Split split) {
+  using E = Elem<D>;
+  using S = typename E::Storage;
+  using Acc = typename E::Acc;
+  using P = Pack<S>;
+  const OpFor<D, O> op;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const auto one = [&](size_t i) {
+    Acc acc = E::load(srcs.p[0][i]);
+    for (int k = 1; k < nsrc; ++k) acc = op(acc, E::load(srcs.p[k][i]));
+    dst[i] = E::store(acc);
+  };
+  for (size_t i = first; i < split.head; i += stride) one(i);
+  for (size_t p = first; p < split.packs; p += stride) {
+    Acc acc[P::kSize];
+    const P x = reinterpret_cast<const P*>(srcs.p[0] + split.head)[p];
+#pragma unroll
+    for (size_t j = 0; j < P::kSize; ++j) acc[j] = E::load(x.v[j]);
+    for (int k = 1; k < nsrc; ++k) {
+      const P y = reinterpret_cast<const P*>(srcs.p[k] + split.head)[p];
+#pragma unroll
+      for (size_t j = 0; j < P::kSize; ++j) acc[j] = op(acc[j], E::load(y.v[j]));
+    }
+    P out;
+#pragma unroll
+    for (size_t j = 0; j < P::kSize; ++j) out.v[j] = E::store(acc[j]);
+    reinterpret_cast<P*>(dst + split.head)[p] = out;
   }
+  for (size_t i = split.head + split.packs * P::kSize + first; i < count; i += stride) one(i);
 }
 
 template <DType D, ReduceOp O>
@@ -104,12 +185,41 @@ struct ScaleStep {
 };
 
 using ReduceLauncher = void (*)(void* dst, const void* src, size_t count, cudaStream_t stream);
+using ReduceNLauncher = void (*)(void* dst, const void* const* srcs, int nsrc, size_t count, cudaStream_t stream);
 using ScaleLauncher = void (*)(void* buf, size_t count, double factor, cudaStream_t stream);
 
 template <DType D, ReduceOp O>
 void launchReduce(void* dst, const void* src, size_t count, cudaStream_t stream) {
   using S = typename Elem<D>::Storage;
   launch(static_cast<S*>(dst), static_cast<const S*>(src), count, ReduceStep<D, O>{}, stream, "reduceCuda");
+}
+
+// Sources beyond kMaxSources take further launches, each folding the next
+// ones into dst (now its first source); 16-bit floats are then rounded once
+// per launch rather than once in all, and a source that dst overlaps must be
+// among the first kMaxSources, which the first launch reads before writing.
+template <DType D, ReduceOp O>
+void launchReduceN(void* dst, const void* const* srcs, int nsrc, size_t count, cudaStream_t stream) {
+  using S = typename Elem<D>::Storage;
+  constexpr const char* kWhat = "reduceNCuda";
+  if (nsrc < 1) {
+    throw Error(ErrorKind::InvalidArgument, "n-way reduce needs at least one source, got " + std::to_string(nsrc));
+  }
+  if (count == 0) return;
+  S* out = static_cast<S*>(dst);
+  Sources<S> batch{};
+  int taken = 0;
+  int next = 0;
+  while (next < nsrc) {
+    if (next > 0) batch.p[taken++] = out;
+    while (taken < kMaxSources && next < nsrc) batch.p[taken++] = static_cast<const S*>(srcs[next++]);
+    const void* ptrs[kMaxSources + 1] = {out};
+    std::copy(batch.p, batch.p + taken, ptrs + 1);
+    const Split split = splitFor<S>(ptrs, taken + 1, count);
+    reduceNKernel<D, O><<<gridFor<S>(count, split, kWhat), kThreads, 0, stream>>>(out, batch, taken, count, split);
+    check(cudaGetLastError(), kWhat, "kernel launch");
+    taken = 0;
+  }
 }
 
 template <DType D>
@@ -125,18 +235,29 @@ struct PickReduce {
   static constexpr ReduceLauncher get() { return &launchReduce<D, O>; }
 };
 
+template <DType D, ReduceOp O>
+struct PickReduceN {
+  static constexpr ReduceNLauncher get() { return &launchReduceN<D, O>; }
+};
+
 template <DType D>
 struct PickScale {
   static constexpr ScaleLauncher get() { return &launchScale<D>; }
 };
 
 constexpr auto kReduce = reduce::makeOpTable<ReduceLauncher, PickReduce>();
+constexpr auto kReduceN = reduce::makeOpTable<ReduceNLauncher, PickReduceN>();
 constexpr auto kScale = reduce::makeFloatTable<ScaleLauncher, PickScale>();
 
 }  // namespace
 
 void reduceCuda(void* dst, const void* src, size_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
   reduce::lookup(kReduce, dtype, op)(dst, src, count, stream);
+}
+
+void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op,
+                 cudaStream_t stream) {
+  reduce::lookup(kReduceN, dtype, op)(dst, srcs, nsrc, count, stream);
 }
 
 void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t stream) {

@@ -1,6 +1,7 @@
-// CUDA counterparts of reduce.h's reduce and scale, with the same semantics
-// (both are built from reduce_functors.h), for buffers in device memory.
-// Both enqueue one kernel on `stream` and return without waiting for it.
+// CUDA counterparts of reduce.h's reduce, n-way reduce and scale, with the
+// same semantics (all are built from reduce_functors.h), for buffers in
+// device memory. Each enqueues its kernels on `stream`, which must belong to
+// the current device, and returns without waiting for them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +16,17 @@ namespace ringx {
 // unless equal. Throws Error(Unsupported) for the pairs reduceFn rejects, and
 // Error(Internal) when the launch fails.
 void reduceCuda(void* dst, const void* src, size_t count, DType dtype, ReduceOp op, cudaStream_t stream);
+
+// The n-way reduce of reduceNFn: dst[i] = op over srcs[0..nsrc)[i] in index
+// order, 16-bit floats accumulated in float32. `srcs` is a host array of
+// device pointers, read before the call returns. dst may equal a source.
+// One kernel reads up to 32 sources; beyond that each further 31 take one more
+// kernel (folding into dst), 16-bit floats are rounded once per kernel, and
+// dst may equal only one of the first 32 sources. Throws
+// Error(InvalidArgument) when nsrc < 1, Error(Unsupported) for the pairs
+// reduceNFn rejects, and Error(Internal) when the launch fails.
+void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op,
+                 cudaStream_t stream);
 
 // buf[i] *= factor, as scale() computes it. Floating dtypes only (throws
 // Error(Unsupported) otherwise); Error(Internal) when the launch fails.
