@@ -20,16 +20,38 @@ void checkPeer(const CallContext& c, int peer, const char* role) {
 
 }  // namespace
 
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitRecv(Call& call, const at::Tensor& t, int srcRank, int tag) {
+  Staged st = stage(asParts(t));
+  const DType dtype = toDType(call.ctx, st.buf.scalar_type());
+  const size_t bytes = st.buf.nbytes();
+  return submitSchedule(
+      call, {{st.buf.data_ptr(), bytes, false, true}},
+      [&](const std::vector<void*>& buf) {
+        Schedule s(dtype, ReduceOp::Sum);
+        s.setAlgorithm("direct");
+        s.recv(srcRank, p2pTag(tag), buf[0], bytes);
+        return s;
+      },
+      {t, st.buf}, {t}, std::move(st.publish));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   Call call = beginP2P("send", c10d::OpType::SEND);
   const at::Tensor& t = singleTensor(call.ctx, tensors);
   call.recorded = {t};
   checkPeer(call.ctx, dstRank, "destination");
   at::Tensor src = asParts(t).contiguous();
-  Schedule s(toDType(call.ctx, src.scalar_type()), ReduceOp::Sum);
-  s.setAlgorithm("direct");
-  s.send(dstRank, p2pTag(tag), src.data_ptr(), src.nbytes());
-  return submitSchedule(call, std::move(s), {t, src}, {t}, nullptr);
+  const DType dtype = toDType(call.ctx, src.scalar_type());
+  const size_t bytes = src.nbytes();
+  return submitSchedule(
+      call, {{src.data_ptr(), bytes, true, false}},
+      [&](const std::vector<void*>& buf) {
+        Schedule s(dtype, ReduceOp::Sum);
+        s.setAlgorithm("direct");
+        s.send(dstRank, p2pTag(tag), buf[0], bytes);
+        return s;
+      },
+      {t, src}, {t}, nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
@@ -37,11 +59,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recv(std::vector<at::Tensor>& 
   const at::Tensor& t = singleTensor(call.ctx, tensors);
   call.recorded = {t};
   checkPeer(call.ctx, srcRank, "source");
-  Staged st = stage(asParts(t));
-  Schedule s(toDType(call.ctx, st.buf.scalar_type()), ReduceOp::Sum);
-  s.setAlgorithm("direct");
-  s.recv(srcRank, p2pTag(tag), st.buf.data_ptr(), st.buf.nbytes());
-  return submitSchedule(call, std::move(s), {t, st.buf}, {t}, std::move(st.publish));
+  return submitRecv(call, t, srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -51,11 +69,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::recvAnysource(std::vector<at::
   if (held_) throwValueError(call.ctx, "a receive from any source cannot be coalesced; name the source rank");
   call.title = "recvAnySource";
   call.recorded = {t};
-  Staged st = stage(asParts(t));
-  Schedule s(toDType(call.ctx, st.buf.scalar_type()), ReduceOp::Sum);
-  s.setAlgorithm("direct");
-  s.recv(kAnySource, p2pTag(tag), st.buf.data_ptr(), st.buf.nbytes());
-  return submitSchedule(call, std::move(s), {t, st.buf}, {t}, std::move(st.publish));
+  return submitRecv(call, t, kAnySource, tag);
 }
 
 }  // namespace ringx

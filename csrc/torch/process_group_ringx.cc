@@ -230,6 +230,28 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
                                                         std::vector<at::Tensor> keepAlive,
                                                         std::vector<at::Tensor> outputs,
                                                         std::function<void()> publish) {
+#ifdef RINGX_WITH_CUDA
+  if (std::any_of(keepAlive.begin(), keepAlive.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); }))
+    return submitOnCuda(call, args, std::move(keepAlive), std::move(outputs), std::move(publish));
+#endif
+  checkHostOnly(call.ctx, keepAlive);
+  return submitArgs(call, args, nullptr, std::move(keepAlive), std::move(outputs), std::move(publish));
+}
+
+void ProcessGroupRingx::checkHostOnly(const CallContext& c, const std::vector<at::Tensor>& tensors) const {
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || t.device().is_cpu()) continue;
+    throwTypeError(c, "tensors on " + t.device().str() + " are not supported by " + c.op +
+                          " yet (the collectives take CUDA tensors in a CUDA build); use \"cpu:ringx,cuda:nccl\" "
+                          "to route this call to NCCL");
+  }
+}
+
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const CollArgs& args,
+                                                            const HostStaging* staging,
+                                                            std::vector<at::Tensor> keepAlive,
+                                                            std::vector<at::Tensor> outputs,
+                                                            std::function<void()> publish) {
   const Algorithm* alg = nullptr;
   try {
     alg = &selectAlgorithm(args, algo_);
@@ -246,15 +268,25 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submit(Call& call, const CollAr
     CollArgs numbered = args;
     numbered.seq = seq;
     RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << alg->name << ", " << args.bytes() << " bytes");
-    return buildChecked(*alg, numbered);
+    return staging ? staging->wrap(buildChecked(*alg, numbered)) : buildChecked(*alg, numbered);
   };
   return submitBuilt(call, build, std::move(keepAlive), std::move(outputs), std::move(publish));
 }
 
-c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, Schedule schedule,
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, std::vector<DeviceRegion> regions,
+                                                                const RegionBuild& build,
                                                                 std::vector<at::Tensor> keepAlive,
                                                                 std::vector<at::Tensor> outputs,
                                                                 std::function<void()> publish) {
+#ifdef RINGX_WITH_CUDA
+  if (std::any_of(keepAlive.begin(), keepAlive.end(), [](const at::Tensor& t) { return t.defined() && t.is_cuda(); }))
+    return submitScheduleOnCuda(call, std::move(regions), build, std::move(keepAlive), std::move(outputs),
+                                std::move(publish));
+#endif
+  checkHostOnly(call.ctx, keepAlive);
+  std::vector<void*> buffers;
+  for (const DeviceRegion& r : regions) buffers.push_back(r.device);
+  Schedule schedule = build(buffers);
   return submitBuilt(
       call, [&](uint64_t) { return std::move(schedule); }, std::move(keepAlive), std::move(outputs),
       std::move(publish));

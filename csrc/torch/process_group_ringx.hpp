@@ -51,8 +51,12 @@
 #include "core/select/select.h"
 #include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
+#include "core/device/host_staging.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
+#ifdef RINGX_WITH_CUDA
+#include "torch/cuda_device.h"
+#endif
 
 namespace ringx {
 
@@ -139,6 +143,8 @@ class ProcessGroupRingx : public c10d::Backend {
  private:
   // What a reducing collective reduces: dtype, op and PREMUL_SUM factor.
   using Reduction = std::tuple<DType, ReduceOp, double>;
+  // Builds a schedule over the buffers it is given (submitSchedule).
+  using RegionBuild = std::function<Schedule(const std::vector<void*>& buffers)>;
 
   struct Call {
     CallContext ctx;
@@ -187,8 +193,42 @@ class ProcessGroupRingx : public c10d::Backend {
   // the call).
   c10::intrusive_ptr<WorkRingx> submit(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
                                        std::vector<at::Tensor> outputs, std::function<void()> publish);
-  c10::intrusive_ptr<WorkRingx> submitSchedule(Call& call, Schedule schedule, std::vector<at::Tensor> keepAlive,
-                                               std::vector<at::Tensor> outputs, std::function<void()> publish);
+  // submit() once the buffers are what the schedule works on: with
+  // `staging`, its schedule runs inside the device ordering (host_staging.h).
+  c10::intrusive_ptr<WorkRingx> submitArgs(Call& call, const CollArgs& args, const HostStaging* staging,
+                                           std::vector<at::Tensor> keepAlive, std::vector<at::Tensor> outputs,
+                                           std::function<void()> publish);
+  // Refuses CUDA tensors where the call has no device path.
+  void checkHostOnly(const CallContext& c, const std::vector<at::Tensor>& tensors) const;
+#ifdef RINGX_WITH_CUDA
+  // Collectives on CUDA tensors (pg_cuda.cc).
+  c10::intrusive_ptr<WorkRingx> submitOnCuda(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
+                                             std::vector<at::Tensor> outputs, std::function<void()> publish);
+  c10::intrusive_ptr<WorkRingx> submitScheduleOnCuda(Call& call, std::vector<DeviceRegion> regions,
+                                                     const RegionBuild& build, std::vector<at::Tensor> keepAlive,
+                                                     std::vector<at::Tensor> outputs, std::function<void()> publish);
+  struct CudaCall;
+  CudaCall beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive, std::vector<DeviceRegion> regions,
+                     bool resident);
+  void endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive, const std::function<void()>& publish,
+               WorkRingx& work);
+  struct CudaComm {
+    std::unique_ptr<CudaDevice> device;
+    std::unique_ptr<DeviceStream> order;    // the op's ordering and, staged, its copies
+    std::unique_ptr<DeviceStream> compute;  // device-resident reduce, copy and scale steps
+  };
+  CudaComm& cudaComm(const CallContext& c, c10::DeviceIndex index);
+  std::mutex cudaMu_;
+  std::optional<CudaComm> cuda_;
+  bool cudaResident_ = false;
+  bool blockingWait_ = false;
+#endif
+  // A schedule of the caller's own over `regions`, the tensors' memory it
+  // reads and writes: `build` gets the pointers to use in their place (the
+  // same on the CPU, page-locked copies for CUDA tensors).
+  c10::intrusive_ptr<WorkRingx> submitSchedule(Call& call, std::vector<DeviceRegion> regions, const RegionBuild& build,
+                                               std::vector<at::Tensor> keepAlive, std::vector<at::Tensor> outputs,
+                                               std::function<void()> publish);
   // Numbers the call, builds its schedule for that number and hands it to
   // the communicator, all under submitMu_: sequence numbers, shared-memory
   // chunk ids and the communicator's queue then follow one order even when
@@ -202,6 +242,7 @@ class ProcessGroupRingx : public c10d::Backend {
   // error; the ranks that exchange data with this one in that call are told
   // and fail too (core/algorithms/identity.h: buildRejection). Then the
   // check's exception propagates.
+  c10::intrusive_ptr<WorkRingx> submitRecv(Call& call, const at::Tensor& t, int srcRank, int tag);
   void checkOnThisRankOnly(Call& call, Collective coll, int root, const std::function<void()>& check);
   CollArgs argsFor(const Call& call, Collective coll) const;
   // Throws when a reduction may not join the open coalescing block.

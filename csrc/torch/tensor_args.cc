@@ -27,10 +27,13 @@ const at::Tensor& singleTensor(const CallContext& c, const std::vector<at::Tenso
 void checkDevice(const CallContext& c, const at::Tensor& t) {
   if (!t.defined()) throwValueError(c, "got an undefined tensor");
   if (t.is_sparse()) throwTypeError(c, "sparse tensors are supported only by all_reduce with SUM; pass a dense tensor");
+#ifdef RINGX_WITH_CUDA
+  if (t.is_cuda()) return;
+#endif
   if (!t.device().is_cpu()) {
     throwTypeError(c, "tensors on " + t.device().str() +
-                          " are not supported yet; ringx runs CPU tensors (use \"cpu:ringx,cuda:nccl\" to route "
-                          "CUDA tensors to NCCL)");
+                          " need a CUDA build of ringx (RINGX_CUDA=on; README, CUDA); this one runs CPU tensors "
+                          "(use \"cpu:ringx,cuda:nccl\" to route CUDA tensors to NCCL)");
   }
 }
 

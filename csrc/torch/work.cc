@@ -33,9 +33,20 @@ WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, st
       creatorPid_(processId()),
       creatorFork_(forkGeneration()) {}
 
+void WorkRingx::onDevice(DeviceEnd end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                     std::vector<c10::Device>{end.device});
+  device_ = std::move(end);
+}
+
 bool WorkRingx::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
+  return completed_ && (!device_ || exception_ || device_->finished->query());
+}
+
+void WorkRingx::synchronize() {
+  if (device_) device_->waitOnCurrentStream();
 }
 
 bool WorkRingx::isSuccess() const {
@@ -56,6 +67,14 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
                                     std::to_string(creatorPid_) +
                                     ", whose engine threads a forked child does not have; wait on it in "
                                     "the parent, or create a new process group in the child");
+  }
+  if (device_ && !device_->blockingWait) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_ && exception_) std::rethrow_exception(exception_);
+    }
+    device_->waitOnCurrentStream();
+    return true;
   }
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> until;
@@ -82,6 +101,8 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
                                     " ms in Work.wait(timeout); the operation is still pending");
   }
   if (exception_) std::rethrow_exception(exception_);
+  lock.unlock();
+  if (device_) device_->finished->synchronize();
   return true;
 }
 
@@ -139,6 +160,8 @@ void WorkRingx::completeFuture(const Error*) {
   std::exception_ptr ex = exception();
   if (ex) {
     future_->setError(ex);
+  } else if (device_) {
+    device_->onFinishedStream([&] { future_->markCompleted(c10::IValue(outputs_)); });
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }

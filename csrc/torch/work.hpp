@@ -13,6 +13,12 @@
 //      pool is not involved: getFuture() completes it when first asked.
 // A Work, like its group, belongs to the process that created it: wait() in
 // a forked child raises instead of hanging.
+//
+// On CUDA tensors (onDevice()) the data is in place once a device event has
+// fired, after the op ended on the host: isCompleted() asks the event too;
+// wait() and synchronize() make the caller's current stream wait for it and
+// return at once (wait() blocks, as before, with RINGX_BLOCKING_WAIT=1); the
+// Future is created for the device, so its callbacks run stream-ordered.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -20,8 +26,10 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/common/error.h"
+#include "core/device/device.h"
 #include "core/engine/communicator.h"
 
 namespace ringx {
@@ -35,6 +43,7 @@ class WorkRingx : public c10d::Work {
   bool isSuccess() const override;
   std::exception_ptr exception() const override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override { return seq_; }
@@ -48,6 +57,20 @@ class WorkRingx : public c10d::Work {
   // Phase 2.
   void completeFuture(const Error* error);
 
+  // How the device side ends: `finished` fires once the outputs are in
+  // place; waitOnCurrentStream makes the calling thread's current stream
+  // wait for it; onFinishedStream runs a function with a current stream that
+  // has waited for it (the Future records its event there). Only before the
+  // Work is handed out.
+  struct DeviceEnd {
+    c10::Device device;
+    std::shared_ptr<DeviceEvent> finished;
+    std::function<void()> waitOnCurrentStream;
+    std::function<void(const std::function<void()>&)> onFinishedStream;
+    bool blockingWait = false;
+  };
+  void onDevice(DeviceEnd end);
+
   std::function<void()> publish;
   std::string opName;
 
@@ -60,6 +83,7 @@ class WorkRingx : public c10d::Work {
   std::atomic<bool> futureDone_{false};
   std::atomic<bool> done_{false};  // phase 1 over; read by a driving waiter
   std::weak_ptr<Communicator> comm_;
+  std::optional<DeviceEnd> device_;
   const int creatorPid_;
   const int creatorFork_;  // forkGeneration() at creation
 };

@@ -58,19 +58,25 @@ def test_premul_sum_scales_each_rank_by_its_own_factor(path_worlds, ws, count, t
             assert torch.allclose(res[r][name], w), f"rank {r} {name}: {res[r][name][:4]} want {w[:4]}"
 
 
-@pytest.mark.parametrize("algo", [None, "pairwise", "shm"])
-def test_alltoall_single_with_aliased_input_and_output(path_worlds, algo):
-    path, get = path_worlds
-    if algo == "shm" and path == "net":
-        pytest.skip("no shared memory with RINGX_SHM=0")
-    env = dict(PATHS[path], **({"RINGX_ALGO": f"all_to_all:{algo}"} if algo else {}))
+def _check_alltoall_aliased(world_for):
     for ws, block in [(2, 5), (3, 100000)]:
-        with harness.World(ws, env=env) if algo else _borrowed(get(ws)) as world:
+        with world_for(ws) as world:
             res = world.run(cases_mismatch.alltoall_aliased, block=block)
         for r in range(ws):
             want = torch.cat([s * 1000 + r * 100 + (torch.arange(block) % 100).float() for s in range(ws)])
             for form in ("even", "splits"):
                 assert torch.equal(res[r][form], want), f"ws {ws} rank {r} {form}: {res[r][form][:4]}"
+
+
+def test_alltoall_single_with_aliased_input_and_output(path_worlds):
+    """The algorithm each path picks (single copy on shared memory, pairwise on the network)."""
+    _, get = path_worlds
+    _check_alltoall_aliased(lambda ws: _borrowed(get(ws)))
+
+
+@pytest.mark.parametrize("algo", ["pairwise", "shm"])
+def test_alltoall_single_with_aliased_input_and_output_forced(algo):
+    _check_alltoall_aliased(lambda ws: harness.World(ws, env={"RINGX_ALGO": f"all_to_all:{algo}"}))
 
 
 class _borrowed:

@@ -49,6 +49,15 @@ const std::vector<Setting> kSettings = {
      "callers drive their own collectives it lost in the compute-gap and interleaved patterns "
      "(docs/benchmarks.md). With cores to spare, or a process already confined to one CPU, nothing "
      "is pinned."},
+    {"RINGX_CUDA_PATH", SettingType::Choice, "`staged`, `resident`", "staged", "`staged`", nullptr, true,
+     "How collectives on CUDA tensors (a CUDA build of ringx) move data. `staged`: through page-locked host "
+     "buffers and the CPU algorithms (shared memory on one host), for any UCX. `resident`: device buffers go "
+     "to UCX (cuda_copy, cuda_ipc) and reductions run as ringx's CUDA kernels; only the network algorithms. "
+     "The path taken is logged at INFO. Neither has run on a GPU yet (README, CUDA)."},
+    {"RINGX_BLOCKING_WAIT", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,
+     "`1`: `Work.wait()` on a collective of CUDA tensors blocks the host until the data is in place and "
+     "raises its error, like `TORCH_NCCL_BLOCKING_WAIT`. `0`: it makes the caller's current stream wait "
+     "for the collective and returns at once, as NCCL does."},
     {"RINGX_SHM", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, true,
      "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends "
      "everything "

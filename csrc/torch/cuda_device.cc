@@ -1,0 +1,130 @@
+#include "torch/cuda_device.h"
+
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+
+#include "core/common/error.h"
+#include "core/reduce/reduce_cuda.h"
+
+namespace ringx {
+
+namespace {
+
+void check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    throw Error(ErrorKind::Internal, std::string("ringx: CUDA ") + what + " failed: " + cudaGetErrorString(rc));
+  }
+}
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(c10::DeviceIndex index) : index_(index) {
+    c10::cuda::CUDAGuard guard(index_);
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~CudaEvent() override {
+    c10::cuda::CUDAGuard guard(index_);
+    cudaEventDestroy(event_);
+  }
+  bool query() override {
+    cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    check(rc, "cudaEventQuery");
+    return true;
+  }
+  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  c10::DeviceIndex index_;
+  cudaEvent_t event_ = nullptr;
+};
+
+// cuStreamWaitValue32 from the driver the runtime loaded: ringx links the
+// runtime only, as torch does.
+using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+WaitValueFn waitValueFn() {
+  static WaitValueFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found),
+          "cudaGetDriverEntryPointByVersion(cuStreamWaitValue32)");
+    if (found != cudaDriverEntryPointSuccess || !p) {
+      throw Error(ErrorKind::Unsupported,
+                  "ringx: this CUDA driver has no cuStreamWaitValue32, which CUDA collectives need");
+    }
+    return reinterpret_cast<WaitValueFn>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+void CudaStream::record(DeviceEvent& event) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  check(cudaEventRecord(static_cast<CudaEvent&>(event).get(), stream_.stream()), "cudaEventRecord");
+}
+
+void CudaStream::wait(DeviceEvent& event) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  check(cudaStreamWaitEvent(stream_.stream(), static_cast<CudaEvent&>(event).get(), 0), "cudaStreamWaitEvent");
+}
+
+void CudaStream::waitFlag(const uint32_t* flag, uint32_t atLeast) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  void* onDevice = nullptr;
+  check(cudaHostGetDevicePointer(&onDevice, const_cast<uint32_t*>(flag), 0), "cudaHostGetDevicePointer");
+  CUresult rc = waitValueFn()(reinterpret_cast<CUstream>(stream_.stream()), reinterpret_cast<CUdeviceptr>(onDevice),
+                              atLeast, CU_STREAM_WAIT_VALUE_GEQ);
+  if (rc != CUDA_SUCCESS) {
+    throw Error(ErrorKind::Internal, "ringx: cuStreamWaitValue32 failed with CUresult " + std::to_string(int(rc)));
+  }
+}
+
+void CudaStream::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.stream()), "cudaMemcpyAsync");
+}
+
+void CudaStream::reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  reduceCuda(dst, src, count, dtype, op, stream_.stream());
+}
+
+void CudaStream::scale(void* buf, size_t count, DType dtype, double factor) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  scaleCuda(buf, count, dtype, factor, stream_.stream());
+}
+
+void CudaStream::synchronize() {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  check(cudaStreamSynchronize(stream_.stream()), "cudaStreamSynchronize");
+}
+
+std::unique_ptr<DeviceStream> CudaDevice::newStream() {
+  return std::make_unique<CudaStream>(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, index_));
+}
+
+std::unique_ptr<DeviceEvent> CudaDevice::newEvent() { return std::make_unique<CudaEvent>(index_); }
+
+std::shared_ptr<std::byte> CudaDevice::allocDevice(size_t bytes) {
+  c10::cuda::CUDAGuard guard(index_);
+  auto data = std::make_shared<c10::DataPtr>(c10::cuda::CUDACachingAllocator::get()->allocate(bytes));
+  return std::shared_ptr<std::byte>(data, static_cast<std::byte*>(data->get()));
+}
+
+std::shared_ptr<std::byte> CudaDevice::allocPinned(size_t bytes) {
+  auto data = std::make_shared<c10::DataPtr>(at::getHostAllocator(at::kCUDA)->allocate(bytes));
+  return std::shared_ptr<std::byte>(data, static_cast<std::byte*>(data->get()));
+}
+
+CudaStream CudaDevice::currentStream() const { return CudaStream(c10::cuda::getCurrentCUDAStream(index_)); }
+
+}  // namespace ringx

@@ -1,0 +1,130 @@
+// Collectives on CUDA tensors: the CollArgs every collective builds, run on
+// the host-staged or the device-resident path (core/device/host_staging.h)
+// with ProcessGroupNCCL's stream semantics. Built only for CUDA.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "core/common/log.h"
+#include "core/common/settings.h"
+#include "torch/process_group_ringx.hpp"
+
+namespace ringx {
+
+ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c10::DeviceIndex index) {
+  std::lock_guard<std::mutex> lock(cudaMu_);
+  if (!cuda_) {
+    CudaComm cc;
+    cc.device = std::make_unique<CudaDevice>(index);
+    cc.order = cc.device->newStream();
+    cc.compute = cc.device->newStream();
+    cudaResident_ = settingEffective("RINGX_CUDA_PATH") == "RESIDENT";
+    blockingWait_ = settingFlag("RINGX_BLOCKING_WAIT");
+    RINGX_LOG(Info, "ringx: rank " << rank_ << " runs CUDA tensors on " << cc.device->name() << ", "
+                                   << (cudaResident_ ? "device-resident" : "host-staged"));
+    cuda_ = std::move(cc);
+  } else if (cuda_->device->index() != index) {
+    throwValueError(c, "this group runs on " + cuda_->device->name() + " in this process, got a tensor on cuda:" +
+                           std::to_string(index) + " (one device per process and group, as with NCCL)");
+  }
+  return *cuda_;
+}
+
+struct ProcessGroupRingx::CudaCall {
+  CudaComm* comm = nullptr;
+  c10::DeviceIndex index = -1;
+  bool resident = false;
+  std::optional<HostStaging> staging;
+};
+
+// Enqueues the op's ordering (and, staged, its copies) on the order stream:
+// `regions` are the tensors' memory; resident, none are copied.
+ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive,
+                                                         std::vector<DeviceRegion> regions, bool resident) {
+  CudaCall cuda;
+  std::optional<c10::DeviceIndex> index;
+  for (const at::Tensor& t : keepAlive) {
+    if (!t.defined()) continue;
+    if (!t.is_cuda()) throwTypeError(call.ctx, "mixes CPU and CUDA tensors; pass tensors of one device");
+    if (index && *index != t.device().index()) {
+      throwValueError(call.ctx, "has tensors on cuda:" + std::to_string(*index) + " and " + t.device().str() +
+                                    "; pass tensors of one device");
+    }
+    index = t.device().index();
+  }
+  if (held_) throwValueError(call.ctx, "CUDA tensors inside a coalescing block are not supported yet");
+  cuda.index = *index;
+  cuda.comm = &cudaComm(call.ctx, cuda.index);
+  cuda.resident = resident;
+  CudaStream caller = cuda.comm->device->currentStream();
+  cuda.staging.emplace(*cuda.comm->device, *cuda.comm->order, caller,
+                       resident ? std::vector<DeviceRegion>{} : std::move(regions));
+  RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", "
+                                    << (resident ? "device-resident" : "host-staged"));
+  return cuda;
+}
+
+// After the op is submitted: keeps the tensors' memory from being handed
+// out again before the streams are done with it, enqueues the copies into
+// the user's tensors, and gives the Work its device end.
+void ProcessGroupRingx::endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive,
+                                const std::function<void()>& publish, WorkRingx& work) {
+  CudaComm& cc = *cuda.comm;
+  const auto order = static_cast<CudaStream&>(*cc.order).stream();
+  const auto compute = static_cast<CudaStream&>(*cc.compute).stream();
+  for (const at::Tensor& t : keepAlive) {
+    if (!t.defined() || !t.storage().data_ptr()) continue;
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), order);
+    if (cuda.resident) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
+  }
+  if (publish) {
+    c10::cuda::CUDAStreamGuard guard(order);
+    publish();
+  }
+  std::shared_ptr<DeviceEvent> finished = cc.device->newEvent();
+  cc.order->record(*finished);
+  CudaDevice* device = cc.device.get();
+  work.onDevice({c10::Device(c10::kCUDA, cuda.index), finished,
+                 [device, finished] { device->currentStream().wait(*finished); },
+                 [device, finished](const std::function<void()>& fn) {
+                   auto stream = device->newStream();
+                   stream->wait(*finished);
+                   c10::cuda::CUDAStreamGuard guard(static_cast<CudaStream&>(*stream).stream());
+                   fn();
+                 },
+                 blockingWait_});
+}
+
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const CollArgs& args,
+                                                              std::vector<at::Tensor> keepAlive,
+                                                              std::vector<at::Tensor> outputs,
+                                                              std::function<void()> publish) {
+  CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_);
+  CollArgs a = args;
+  if (cuda.resident) {
+    a.device = {cuda.comm->device.get(), cuda.comm->compute.get()};
+  } else {
+    pointAtHost(a, *cuda.staging);
+  }
+  auto work = submitArgs(call, a, &*cuda.staging, keepAlive, std::move(outputs), nullptr);
+  endCuda(cuda, keepAlive, publish, *work);
+  return work;
+}
+
+// Always host-staged: the schedules built here (send, recv) name no device.
+c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call, std::vector<DeviceRegion> regions,
+                                                                      const RegionBuild& build,
+                                                                      std::vector<at::Tensor> keepAlive,
+                                                                      std::vector<at::Tensor> outputs,
+                                                                      std::function<void()> publish) {
+  const size_t n = regions.size();
+  CudaCall cuda = beginCuda(call, keepAlive, std::move(regions), false);
+  std::vector<void*> buffers;
+  for (size_t i = 0; i < n; ++i) buffers.push_back(cuda.staging->host(i));
+  Schedule schedule = cuda.staging->wrap(build(buffers));
+  auto work = submitBuilt(
+      call, [&](uint64_t) { return std::move(schedule); }, keepAlive, std::move(outputs), nullptr);
+  endCuda(cuda, keepAlive, publish, *work);
+  return work;
+}
+
+}  // namespace ringx
