@@ -30,14 +30,6 @@ struct alignas(kPackBytes) Pack {
 };
 
 constexpr unsigned kThreads = 256;
-// sm_80, sm_90 and sm_100 each hold 2048 resident threads per SM: eight
-// blocks per SM fill the device once, and the grid-stride loops cover larger
-// buffers without more blocks.
-constexpr int kBlocksPerSm = 8;
-
-// Cached per device, so that a launch on the hot path makes no attribute query.
-constexpr int kMaxDevices = 64;
-std::atomic<int> smCounts[kMaxDevices];
 
 void check(cudaError_t err, const char* what, const char* call) {
   if (err != cudaSuccess) {
@@ -45,17 +37,29 @@ void check(cudaError_t err, const char* what, const char* call) {
   }
 }
 
-int smCount(const char* what) {
+// How many blocks of `kernel` the current device holds at once: its SM count
+// times the blocks of kThreads one SM fits with the kernel's registers. A grid
+// that size is one full wave, and the grid-stride loops cover larger buffers.
+// Cached per device, so that a launch on the hot path makes no query.
+constexpr int kMaxDevices = 64;
+
+template <auto kernel>
+size_t residentBlocks(const char* what) {
+  static std::atomic<int> cached[kMaxDevices];
   int device = 0;
   check(cudaGetDevice(&device), what, "cudaGetDevice");
   if (device < kMaxDevices) {
-    const int cached = smCounts[device].load(std::memory_order_relaxed);
-    if (cached != 0) return cached;
+    const int blocks = cached[device].load(std::memory_order_relaxed);
+    if (blocks != 0) return static_cast<size_t>(blocks);
   }
   int sms = 0;
+  int perSm = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what, "cudaDeviceGetAttribute");
-  if (device < kMaxDevices) smCounts[device].store(sms, std::memory_order_relaxed);
-  return sms;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, 0), what,
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int blocks = std::max(1, sms * perSm);
+  if (device < kMaxDevices) cached[device].store(blocks, std::memory_order_relaxed);
+  return static_cast<size_t>(blocks);
 }
 
 // How a buffer is walked: `head` elements one by one up to the first pack
@@ -80,13 +84,12 @@ Split splitFor(const void* const* ptrs, int n, size_t count) {
 
 // Blocks for one launch over `count` elements walked as `split`: the head and
 // tail loops each need at most the loose-element count of threads.
-template <class S>
+template <class S, auto kernel>
 unsigned gridFor(size_t count, Split split, const char* what) {
   const size_t loose = count - split.packs * Pack<S>::kSize;
   const size_t threads = std::max(split.packs, loose);
   const size_t needed = (threads + kThreads - 1) / kThreads;
-  const size_t full = static_cast<size_t>(smCount(what)) * kBlocksPerSm;
-  return static_cast<unsigned>(std::min(needed, full));
+  return static_cast<unsigned>(std::min(needed, residentBlocks<kernel>(what)));
 }
 
 // dst[i] = step(dst[i], src[i]), grid-stride. A step that ignores its second
@@ -114,7 +117,8 @@ void launch(S* dst, const S* src, size_t count, Step step, cudaStream_t stream, 
   if (count == 0) return;
   const void* ptrs[] = {dst, src};
   const Split split = splitFor<S>(ptrs, 2, count);
-  mapKernel<<<gridFor<S>(count, split, what), kThreads, 0, stream>>>(dst, src, count, split, step);
+  const unsigned grid = gridFor<S, &mapKernel<S, Step>>(count, split, what);
+  mapKernel<<<grid, kThreads, 0, stream>>>(dst, src, count, split, step);
   check(cudaGetLastError(), what, "kernel launch");
 }
 
@@ -216,7 +220,8 @@ void launchReduceN(void* dst, const void* const* srcs, int nsrc, size_t count, c
     const void* ptrs[kMaxSources + 1] = {out};
     std::copy(batch.p, batch.p + taken, ptrs + 1);
     const Split split = splitFor<S>(ptrs, taken + 1, count);
-    reduceNKernel<D, O><<<gridFor<S>(count, split, kWhat), kThreads, 0, stream>>>(out, batch, taken, count, split);
+    const unsigned grid = gridFor<S, &reduceNKernel<D, O>>(count, split, kWhat);
+    reduceNKernel<D, O><<<grid, kThreads, 0, stream>>>(out, batch, taken, count, split);
     check(cudaGetLastError(), kWhat, "kernel launch");
     taken = 0;
   }
