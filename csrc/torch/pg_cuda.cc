@@ -54,6 +54,9 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
   if (held_) throwValueError(call.ctx, "CUDA tensors inside a coalescing block are not supported yet");
   cuda.index = *index;
   cuda.comm = &cudaComm(call.ctx, cuda.index);
+  // wait() returns without driving the op (the stream waits, not the host):
+  // the progress thread must run it.
+  call.callerWaits = call.callerWaits && blockingWait_;
   cuda.resident = resident;
   CudaStream caller = cuda.comm->device->currentStream();
   cuda.staging.emplace(*cuda.comm->device, *cuda.comm->order, caller,
