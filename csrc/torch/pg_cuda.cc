@@ -5,10 +5,27 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "core/common/log.h"
-#include "core/common/settings.h"
 #include "torch/process_group_ringx.hpp"
 
 namespace ringx {
+
+namespace {
+
+constexpr size_t kMaxPieces = 8;
+
+// Where a staged in-place collective of `bytes` is cut: pieces of about
+// `stage` bytes (element-aligned), at most kMaxPieces; empty for one piece.
+std::vector<size_t> pieceCuts(size_t bytes, size_t elementBytes, size_t stage) {
+  const size_t n = std::min(kMaxPieces, (bytes + stage - 1) / stage);
+  if (n <= 1) return {};
+  const size_t each = bytes / elementBytes / n * elementBytes;
+  std::vector<size_t> cuts;
+  for (size_t k = 0; k < n; ++k) cuts.push_back(k * each);
+  cuts.push_back(bytes);
+  return cuts;
+}
+
+}  // namespace
 
 ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c10::DeviceIndex index) {
   std::lock_guard<std::mutex> lock(cudaMu_);
@@ -17,8 +34,6 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
     cc.device = std::make_unique<CudaDevice>(index);
     cc.order = cc.device->newStream();
     cc.compute = cc.device->newStream();
-    cudaResident_ = settingEffective("RINGX_CUDA_PATH") == "RESIDENT";
-    blockingWait_ = settingFlag("RINGX_BLOCKING_WAIT");
     RINGX_LOG(Info, "ringx: rank " << rank_ << " runs CUDA tensors on " << cc.device->name() << ", "
                                    << (cudaResident_ ? "device-resident" : "host-staged"));
     cuda_ = std::move(cc);
@@ -39,7 +54,8 @@ struct ProcessGroupRingx::CudaCall {
 // Enqueues the op's ordering (and, staged, its copies) on the order stream:
 // `regions` are the tensors' memory; resident, none are copied.
 ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive,
-                                                         std::vector<DeviceRegion> regions, bool resident) {
+                                                         std::vector<DeviceRegion> regions, bool resident,
+                                                         const CollArgs* args) {
   CudaCall cuda;
   std::optional<c10::DeviceIndex> index;
   for (const at::Tensor& t : keepAlive) {
@@ -59,8 +75,12 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
   call.callerWaits = call.callerWaits && blockingWait_;
   cuda.resident = resident;
   CudaStream caller = cuda.comm->device->currentStream();
+  const bool inPlace = args && (args->coll == Collective::AllReduce || args->coll == Collective::Broadcast ||
+                                args->coll == Collective::Reduce);
+  std::vector<size_t> cuts;
+  if (!resident && inPlace) cuts = pieceCuts(args->bytes(), dtypeSize(args->dtype), cudaStageBytes_);
   cuda.staging.emplace(*cuda.comm->device, *cuda.comm->order, caller,
-                       resident ? std::vector<DeviceRegion>{} : std::move(regions));
+                       resident ? std::vector<DeviceRegion>{} : std::move(regions), std::move(cuts));
   RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", "
                                     << (resident ? "device-resident" : "host-staged"));
   return cuda;
@@ -101,7 +121,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
                                                               std::vector<at::Tensor> keepAlive,
                                                               std::vector<at::Tensor> outputs,
                                                               std::function<void()> publish) {
-  CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_);
+  CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_, &args);
   CollArgs a = args;
   if (cuda.resident) {
     a.device = {cuda.comm->device.get(), cuda.comm->compute.get()};

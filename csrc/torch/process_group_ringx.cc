@@ -87,6 +87,11 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     checkSettingsAgree(adapter, prefix + "/settings", rank, size);
     segmentBytes_ = settingPositive("RINGX_CHUNK_BYTES");
     algo_ = AlgoOverride(settingText("RINGX_ALGO"));
+#ifdef RINGX_WITH_CUDA
+    cudaResident_ = settingEffective("RINGX_CUDA_PATH") == "RESIDENT";
+    cudaStageBytes_ = settingPositive("RINGX_CUDA_STAGE_BYTES");
+    blockingWait_ = settingFlag("RINGX_BLOCKING_WAIT");
+#endif
     uopts.tls = settingText("RINGX_TLS");
     copts.spin = std::chrono::microseconds(settingPositive("RINGX_SPIN_US"));
     copts.cpu = threadCpu();
@@ -252,11 +257,26 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
                                                             std::vector<at::Tensor> keepAlive,
                                                             std::vector<at::Tensor> outputs,
                                                             std::function<void()> publish) {
-  const Algorithm* alg = nullptr;
-  try {
-    alg = &selectAlgorithm(args, algo_);
-  } catch (const Error& e) {
-    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+  auto select = [&](const CollArgs& a) {
+    try {
+      return &selectAlgorithm(a, algo_);
+    } catch (const Error& e) {
+      throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+    }
+  };
+  // Staged in pieces, each piece is a collective of its own (host_staging.h).
+  const size_t pieces = staging ? staging->pieces() : 1;
+  std::vector<CollArgs> parts;
+  std::vector<const Algorithm*> algs;
+  for (size_t k = 0; k < pieces; ++k) {
+    CollArgs p = args;
+    if (pieces > 1) {
+      auto [offset, bytes] = staging->piece(k);
+      p.buf = static_cast<std::byte*>(args.buf) + offset;
+      p.count = bytes / dtypeSize(args.dtype);
+    }
+    algs.push_back(select(p));
+    parts.push_back(p);
   }
   if (args.coll == Collective::AllReduce || args.coll == Collective::Reduce ||
       args.coll == Collective::ReduceScatter) {
@@ -265,12 +285,19 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
   checkCoalescible(call);
   call.bytes = args.bytes();
   auto build = [&](uint64_t seq) {
-    CollArgs numbered = args;
-    numbered.seq = seq;
-    RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << alg->name << ", " << args.bytes() << " bytes");
-    return staging ? staging->wrap(buildChecked(*alg, numbered)) : buildChecked(*alg, numbered);
+    std::vector<Schedule> built;
+    for (size_t k = 0; k < pieces; ++k) {
+      CollArgs numbered = parts[k];
+      numbered.seq = seq + k;
+      RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << algs[k]->name << ", " << numbered.bytes() << " bytes"
+                                        << (pieces > 1 ? " (piece " + std::to_string(k + 1) + " of " +
+                                                             std::to_string(pieces) + ")"
+                                                       : std::string()));
+      built.push_back(buildChecked(*algs[k], numbered));
+    }
+    return staging ? staging->wrap(std::move(built)) : std::move(built[0]);
   };
-  return submitBuilt(call, build, std::move(keepAlive), std::move(outputs), std::move(publish));
+  return submitBuilt(call, build, std::move(keepAlive), std::move(outputs), std::move(publish), pieces);
 }
 
 c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitSchedule(Call& call, std::vector<DeviceRegion> regions,
@@ -296,11 +323,11 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
                                                              const std::function<Schedule(uint64_t seq)>& build,
                                                              std::vector<at::Tensor> keepAlive,
                                                              std::vector<at::Tensor> outputs,
-                                                             std::function<void()> publish) {
+                                                             std::function<void()> publish, uint64_t seqs) {
   std::lock_guard<std::mutex> lock(submitMu_);
   call.ctx.seq = call.numbering->load() + 1;
   Schedule schedule = build(call.ctx.seq);
-  call.numbering->store(call.ctx.seq);
+  call.numbering->store(call.ctx.seq + seqs - 1);
   const std::string title = "ringx:" + call.title;
   auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, call.title.empty() ? nullptr : title.c_str(),
                                              std::move(call.recorded), std::move(outputs), call.ctx.seq, comm_);

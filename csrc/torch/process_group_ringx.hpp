@@ -209,7 +209,7 @@ class ProcessGroupRingx : public c10d::Backend {
                                                      std::vector<at::Tensor> outputs, std::function<void()> publish);
   struct CudaCall;
   CudaCall beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive, std::vector<DeviceRegion> regions,
-                     bool resident);
+                     bool resident, const CollArgs* args = nullptr);
   void endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive, const std::function<void()>& publish,
                WorkRingx& work);
   struct CudaComm {
@@ -221,6 +221,7 @@ class ProcessGroupRingx : public c10d::Backend {
   std::mutex cudaMu_;
   std::optional<CudaComm> cuda_;
   bool cudaResident_ = false;
+  size_t cudaStageBytes_ = 0;
   bool blockingWait_ = false;
 #endif
   // A schedule of the caller's own over `regions`, the tensors' memory it
@@ -235,7 +236,7 @@ class ProcessGroupRingx : public c10d::Backend {
   // several threads issue collectives on this group.
   c10::intrusive_ptr<WorkRingx> submitBuilt(Call& call, const std::function<Schedule(uint64_t seq)>& build,
                                             std::vector<at::Tensor> keepAlive, std::vector<at::Tensor> outputs,
-                                            std::function<void()> publish);
+                                            std::function<void()> publish, uint64_t seqs = 1);
   // Runs argument checks that only this rank makes (a root's lists). If one
   // throws, the call still takes its sequence number, so the ranks'
   // numbering stays aligned, and the group is poisoned on this rank with the

@@ -349,3 +349,48 @@ TEST_CASE("device-resident: every network algorithm reduces and copies on the de
   // all_gather and reduce_scatter, pairwise all_to_all and the barrier.
   REQUIRE(checkEveryAlgorithm(size, dtype, true) == (dtype == DType::I64 ? 11 : 9));
 }
+
+TEST_CASE("host-staged in pieces: an all_reduce or broadcast cut into pieces gives the whole buffer's result") {
+  const int size = GENERATE(2, 3);
+  const auto coll = GENERATE(Collective::AllReduce, Collective::Broadcast);
+  CAPTURE(size, collectiveName(coll));
+  SimWorld w(size);
+  const size_t n = 10000;
+  // Uneven pieces, one of a single element.
+  const std::vector<size_t> cuts{0, 8 * 1000, 8 * 4000, 8 * 4001, 8 * n};
+  for (const char* alg : {"ring", "shm"}) {
+    CAPTURE(alg);
+    onEachRank(size, [&](int r) {
+      SimRank& me = *w.ranks[r];
+      const auto in = pattern(r, n * 8, DType::I64);
+      auto d = deviceCopyOf(me, in);
+      HostStaging staging(me.device, *me.comm, *me.caller, {{d.get(), n * 8, true, true}}, cuts);
+      std::vector<Schedule> pieces;
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        CollArgs a{coll, r, size, 10 + k};
+        a.dtype = DType::I64;
+        a.count = (cuts[k + 1] - cuts[k]) / 8;
+        a.buf = static_cast<std::byte*>(staging.host(0)) + cuts[k];
+        a.root = 1;
+        a.segmentBytes = 1024;
+        a.shm = std::string(alg) == "shm" ? w.areas[r].get() : nullptr;
+        const bool shm = a.shm != nullptr;
+        pieces.push_back(coll == Collective::AllReduce ? (shm ? buildAllReduceShm(a) : buildAllReduceRing(a))
+                                                       : (shm ? buildBroadcastShm(a) : buildBroadcastBinomial(a)));
+      }
+      RANK_REQUIRE(staging.pieces() == 4);
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_reduce", 10, staging.wrap(std::move(pieces))));
+      const auto got = readAfter(me, *staging.done(), d.get(), n * 8);
+      std::vector<std::byte> want = coll == Collective::Broadcast ? pattern(1, n * 8, DType::I64)
+                                                                  : std::vector<std::byte>(n * 8);
+      if (coll == Collective::AllReduce) {
+        for (size_t i = 0; i < n; ++i) {
+          int64_t sum = 0;
+          for (int q = 0; q < size; ++q) sum += q * 1000 + int64_t(i % 97) + 1;
+          std::memcpy(want.data() + i * 8, &sum, 8);
+        }
+      }
+      RANK_REQUIRE(got == want);
+    });
+  }
+}

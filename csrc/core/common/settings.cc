@@ -54,6 +54,10 @@ const std::vector<Setting> kSettings = {
      "buffers and the CPU algorithms (shared memory on one host), for any UCX. `resident`: device buffers go "
      "to UCX (cuda_copy, cuda_ipc) and reductions run as ringx's CUDA kernels; only the network algorithms. "
      "The path taken is logged at INFO. Neither has run on a GPU yet (README, CUDA)."},
+    {"RINGX_CUDA_STAGE_BYTES", SettingType::PositiveInt, "bytes", "4194304", "`4194304`", nullptr, true,
+     "Host-staged all_reduce, broadcast and reduce of CUDA tensors larger than this run as up to 8 pieces of "
+     "about this size, each its own collective, so the copies between device and host of one piece overlap "
+     "the schedule of another."},
     {"RINGX_BLOCKING_WAIT", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,
      "`1`: `Work.wait()` on a collective of CUDA tensors blocks the host until the data is in place and "
      "raises its error, like `TORCH_NCCL_BLOCKING_WAIT`. `0`: it makes the caller's current stream wait "

@@ -7,73 +7,114 @@
 
 namespace ringx {
 
-namespace {
-
-constexpr uint32_t kScheduleEnded = 1;
-
-}  // namespace
-
 struct HostStaging::State {
   std::vector<std::shared_ptr<std::byte>> host;
   std::shared_ptr<std::byte> flag;
-  std::shared_ptr<DeviceEvent> staged;
-  std::shared_ptr<DeviceEvent> done;
+  std::vector<std::shared_ptr<DeviceEvent>> staged, done;  // per piece
+  // Pieces whose schedule ended; the flag counts the leading run of them
+  // (piece k's copy back waits for flag >= k + 1). Touched by the thread
+  // that progresses the op, one at a time.
+  std::vector<bool> ended;
+  uint32_t released = 0;
+  std::vector<size_t> cuts;
 
-  void release() {
-    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(flag.get())).store(kScheduleEnded,
-                                                                                std::memory_order_release);
+  void store(uint32_t value) {
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(flag.get())).store(value, std::memory_order_release);
+  }
+  void release(size_t piece) {
+    ended[piece] = true;
+    while (released < ended.size() && ended[released]) ++released;
+    store(released);
   }
 
   // Whatever ended the op (or if it never ran), the stream gets past its
-  // wait, and the host buffers outlive the copies that use them.
+  // waits, and the host buffers outlive the copies that use them.
   ~State() {
-    release();
-    if (!done->query()) done->synchronize();
+    store(uint32_t(ended.size()));
+    if (!done.back()->query()) done.back()->synchronize();
   }
 };
 
 HostStaging::HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller,
-                         std::vector<DeviceRegion> regions)
+                         std::vector<DeviceRegion> regions, std::vector<size_t> cuts)
     : state_(std::make_shared<State>()) {
   State& s = *state_;
+  if (cuts.empty()) cuts = {0, regions.empty() ? 0 : regions[0].bytes};
+  const size_t pieces = cuts.size() - 1;
+  if (pieces > 1 && (regions.size() != 1 || cuts.back() != regions[0].bytes)) {
+    throw Error(ErrorKind::InvalidArgument, "ringx: host staging cuts pieces out of exactly one whole region");
+  }
+  s.cuts = cuts;
   s.flag = device.allocPinned(sizeof(uint32_t));
-  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(s.flag.get())).store(0, std::memory_order_relaxed);
-  s.staged = device.newEvent();
-  s.done = device.newEvent();
+  s.store(0);
+  s.ended.assign(pieces, false);
+  for (size_t k = 0; k < pieces; ++k) {
+    s.staged.push_back(device.newEvent());
+    s.done.push_back(device.newEvent());
+  }
   for (const DeviceRegion& r : regions) s.host.push_back(device.allocPinned(r.bytes));
 
+  // With one piece, [0, bytes) of every region; otherwise piece k of the one.
+  auto part = [&](size_t i, size_t k) {
+    return pieces == 1 ? std::pair<size_t, size_t>{0, regions[i].bytes}
+                       : std::pair<size_t, size_t>{cuts[k], cuts[k + 1] - cuts[k]};
+  };
   auto callerNow = device.newEvent();
   caller.record(*callerNow);
   comm.wait(*callerNow);
-  for (size_t i = 0; i < regions.size(); ++i) {
-    if (regions[i].in) comm.copy(s.host[i].get(), regions[i].device, regions[i].bytes);
+  for (size_t k = 0; k < pieces; ++k) {
+    for (size_t i = 0; i < regions.size(); ++i) {
+      auto [off, len] = part(i, k);
+      if (regions[i].in) comm.copy(s.host[i].get() + off, static_cast<std::byte*>(regions[i].device) + off, len);
+    }
+    comm.record(*s.staged[k]);
   }
-  comm.record(*s.staged);
-  comm.waitFlag(reinterpret_cast<const uint32_t*>(s.flag.get()), kScheduleEnded);
-  for (size_t i = 0; i < regions.size(); ++i) {
-    if (regions[i].out) comm.copy(regions[i].device, s.host[i].get(), regions[i].bytes);
+  for (size_t k = 0; k < pieces; ++k) {
+    comm.waitFlag(reinterpret_cast<const uint32_t*>(s.flag.get()), uint32_t(k + 1));
+    for (size_t i = 0; i < regions.size(); ++i) {
+      auto [off, len] = part(i, k);
+      if (regions[i].out) comm.copy(static_cast<std::byte*>(regions[i].device) + off, s.host[i].get() + off, len);
+    }
+    comm.record(*s.done[k]);
   }
-  comm.record(*s.done);
 }
 
 void* HostStaging::host(size_t region) const { return state_->host.at(region).get(); }
 
-const std::shared_ptr<DeviceEvent>& HostStaging::done() const { return state_->done; }
+const std::shared_ptr<DeviceEvent>& HostStaging::done() const { return state_->done.back(); }
+
+size_t HostStaging::pieces() const { return state_->ended.size(); }
+
+std::pair<size_t, size_t> HostStaging::piece(size_t k) const {
+  return {state_->cuts.at(k), state_->cuts.at(k + 1) - state_->cuts.at(k)};
+}
 
 Schedule HostStaging::wrap(Schedule schedule) const {
-  Schedule s(schedule.dtype(), schedule.op());
-  s.setScaleFactor(schedule.scaleFactor());
+  std::vector<Schedule> one;
+  one.push_back(std::move(schedule));
+  return wrap(std::move(one));
+}
+
+Schedule HostStaging::wrap(std::vector<Schedule> pieces) const {
+  if (pieces.size() != state_->ended.size()) {
+    throw Error(ErrorKind::InvalidArgument, "ringx: host staging got " + std::to_string(pieces.size()) +
+                                                " schedules for " + std::to_string(state_->ended.size()) + " pieces");
+  }
+  Schedule s(pieces[0].dtype(), pieces[0].op());
+  s.setScaleFactor(pieces[0].scaleFactor());
   auto state = state_;
-  s.onAbandon([state] { state->release(); });
-  const StepId staged = s.pollDevice([state] { return state->staged->query(); });
-  std::vector<StepId> last = s.appendAfter(std::move(schedule), staged);
-  if (last.empty()) last.push_back(staged);
-  s.pollDevice(
-      [state] {
-        state->release();
-        return state->done->query();
-      },
-      last);
+  s.onAbandon([state] { state->store(uint32_t(state->ended.size())); });
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const StepId staged = s.pollDevice([state, k] { return state->staged[k]->query(); });
+    std::vector<StepId> last = s.appendAfter(std::move(pieces[k]), staged);
+    if (last.empty()) last.push_back(staged);
+    s.pollDevice(
+        [state, k] {
+          if (!state->ended[k]) state->release(k);
+          return state->done[k]->query();
+        },
+        last);
+  }
   return s;
 }
 
@@ -113,6 +154,7 @@ std::vector<DeviceRegion> regionsOf(const CollArgs& a) {
       break;
   }
   std::vector<DeviceRegion> regions;
+  regions.reserve(2);
   if (a.buf) regions.push_back({a.buf, bufBytes, bufIn, true});
   if (a.input && a.input == a.buf) {
     regions.back().in = true;

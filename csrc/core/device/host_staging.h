@@ -41,11 +41,21 @@ struct DeviceRegion {
 
 class HostStaging {
  public:
-  HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller, std::vector<DeviceRegion> regions);
+  // `cuts` (byte offsets 0 = c0 < c1 < ... < cn = the region's size) split
+  // one region into n pieces, each its own collective: the copy to the host
+  // of piece k + 1 overlaps the schedule of piece k, whose copy back
+  // overlaps the schedules after it. Empty: one piece.
+  HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller, std::vector<DeviceRegion> regions,
+              std::vector<size_t> cuts = {});
 
   void* host(size_t region) const;
-  // The op's schedule: `schedule` between the two copies.
+  size_t pieces() const;
+  // Piece k: its offset in the region and its bytes.
+  std::pair<size_t, size_t> piece(size_t k) const;
+  // The op's schedule: `schedule` between the two copies; with pieces, one
+  // schedule per piece, in order.
   Schedule wrap(Schedule schedule) const;
+  Schedule wrap(std::vector<Schedule> pieces) const;
   // Fires once the outputs are back on the device.
   const std::shared_ptr<DeviceEvent>& done() const;
 
