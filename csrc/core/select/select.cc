@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/algorithms/hier_steps.h"
 #include "core/algorithms/host_layout.h"
 #include "core/common/error.h"
 #include "core/transport/shm/shm_area.h"
@@ -110,10 +111,8 @@ namespace {
 // The inter-host part of a hierarchical algorithm: the cheapest flat version
 // of the same collective among one rank per host, on `count` elements.
 double acrossHostsUs(const CollArgs& a, size_t count) {
-  CollArgs across(a.coll, a.hosts->host, a.hosts->hosts, a.seq);
-  across.dtype = a.dtype;
+  CollArgs across = acrossHostsArgs(a, a.op);
   across.count = count;
-  across.crossHost = true;
   return estimateUs(cheapestAlgorithm(across), across);
 }
 
