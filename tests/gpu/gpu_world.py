@@ -68,9 +68,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rank_main(rank, size, port, backend, module, name, kwargs, conn):
+def _rank_main(rank, size, port, backend, env, module, name, kwargs, conn):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size))
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size), **env)
     try:
         import importlib
 
@@ -91,8 +91,9 @@ def _rank_main(rank, size, port, backend, module, name, kwargs, conn):
         conn.close()
 
 
-def run(fn, backend="ringx", size=None, **kwargs):
-    """Every rank's problems, as 'rank R: ...' strings; empty when all passed."""
+def run(fn, backend="ringx", size=None, env=None, **kwargs):
+    """Every rank's problems, as 'rank R: ...' strings; empty when all passed.
+    `env`: RINGX_* settings for the ranks (the data path, blocking wait)."""
     size = size or world_size()
     timeout = float(os.environ.get("RINGX_GPU_TEST_TIMEOUT", "300"))
     ctx = mp.get_context("spawn")
@@ -100,7 +101,7 @@ def run(fn, backend="ringx", size=None, **kwargs):
     pipes, procs = [], []
     for rank in range(size):
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_rank_main, args=(rank, size, port, backend, fn.__module__, fn.__name__, kwargs, child))
+        p = ctx.Process(target=_rank_main, args=(rank, size, port, backend, env or {}, fn.__module__, fn.__name__, kwargs, child))
         p.start()
         child.close()
         pipes.append(parent)

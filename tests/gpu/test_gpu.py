@@ -10,20 +10,35 @@ def _check(problems):
     assert not problems, "\n".join(problems)
 
 
-def test_all_reduce_every_op_and_dtype():
-    _check(gpu_world.run(gpu_cases.all_reduce_matrix, seed=1))
+# Both data paths (RINGX_CUDA_PATH), the staged one also in pieces (a small
+# RINGX_CUDA_STAGE_BYTES) and with a blocking wait().
+PATHS = {
+    "staged": {},
+    "staged-pieces": {"RINGX_CUDA_STAGE_BYTES": "65536"},
+    "staged-blocking": {"RINGX_BLOCKING_WAIT": "1"},
+    "resident": {"RINGX_CUDA_PATH": "resident"},
+}
+path = pytest.mark.parametrize("env", list(PATHS.values()), ids=list(PATHS))
 
 
-def test_data_movement_collectives():
-    _check(gpu_world.run(gpu_cases.data_movement, seed=2))
+@path
+def test_all_reduce_every_op_and_dtype(env):
+    _check(gpu_world.run(gpu_cases.all_reduce_matrix, env=env, seed=1))
 
 
-def test_caller_stream_pending_then_work_after_wait():
-    _check(gpu_world.run(gpu_cases.pending_caller_stream, seed=3))
+@path
+def test_data_movement_collectives(env):
+    _check(gpu_world.run(gpu_cases.data_movement, env=env, seed=2))
 
 
-def test_two_collectives_on_two_streams():
-    _check(gpu_world.run(gpu_cases.two_streams, seed=4))
+@path
+def test_caller_stream_pending_then_work_after_wait(env):
+    _check(gpu_world.run(gpu_cases.pending_caller_stream, env=env, seed=3))
+
+
+@path
+def test_two_collectives_on_two_streams(env):
+    _check(gpu_world.run(gpu_cases.two_streams, env=env, seed=4))
 
 
 @pytest.mark.parametrize("hook", [None, "allreduce_hook", "fp16_compress_hook", "ringx_bf16_compress_hook"])
