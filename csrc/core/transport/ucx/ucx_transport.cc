@@ -9,8 +9,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <deque>
+#include <fstream>
+#include <sstream>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -70,13 +71,22 @@ std::string readFirstLine(const char* path) {
   return line;
 }
 
-// Dead, or a zombie nobody has reaped yet.
+// Dead, a zombie nobody has reaped yet, or exiting: a killed process drops
+// its memory (and with it the shared-memory segments a peer is reading)
+// before it turns zombie, so the peer's transfer fails in that window and
+// must still be told it was the process's death (PF_EXITING is set first).
 bool processAlive(int pid) {
   std::string stat = readFirstLine(("/proc/" + std::to_string(pid) + "/stat").c_str());
   if (stat.empty()) return ::kill(pid, 0) == 0 || errno == EPERM;
   size_t close = stat.rfind(')');
   if (close == std::string::npos || close + 2 >= stat.size()) return true;
-  char state = stat[close + 2];
+  std::istringstream fields(stat.substr(close + 2));
+  char state = 0;
+  long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  unsigned long flags = 0;
+  fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
+  constexpr unsigned long kPfExiting = 0x4;
+  if (fields && (flags & kPfExiting)) return false;
   return state != 'Z' && state != 'X';
 }
 
@@ -420,11 +430,7 @@ class UcxTransport final : public Transport {
 
   void track(Pending* p, ucs_status_ptr_t req) {
     if (UCS_PTR_IS_ERR(req)) {
-      TransferResult r;
-      r.ok = false;
-      r.errorKind = ErrorKind::Internal;
-      r.error = std::string("UCX: ") + ucs_status_string(UCS_PTR_STATUS(req));
-      completeNow(p, r);
+      completeNow(p, fromStatus(p, UCS_PTR_STATUS(req)));
     } else {
       p->request = req;
     }
@@ -474,6 +480,7 @@ class UcxTransport final : public Transport {
     } else {
       r.errorKind = ErrorKind::Internal;
       r.error = std::string("UCX: ") + ucs_status_string(status);
+      if (p->peer >= 0) r.error += " (transfer with rank " + std::to_string(p->peer) + ")";
     }
     return r;
   }
