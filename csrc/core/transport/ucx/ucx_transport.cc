@@ -2,21 +2,18 @@
 
 #include <ucp/api/ucp.h>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/common/log.h"
+#include "core/common/process_state.h"
 #include "core/common/topology.h"
 
 namespace ringx {
@@ -63,32 +60,6 @@ struct PeerCard {
     return c;
   }
 };
-
-std::string readFirstLine(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-// Dead, a zombie nobody has reaped yet, or exiting: a killed process drops
-// its memory (and with it the shared-memory segments a peer is reading)
-// before it turns zombie, so the peer's transfer fails in that window and
-// must still be told it was the process's death (PF_EXITING is set first).
-bool processAlive(int pid) {
-  std::string stat = readFirstLine(("/proc/" + std::to_string(pid) + "/stat").c_str());
-  if (stat.empty()) return ::kill(pid, 0) == 0 || errno == EPERM;
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return true;
-  std::istringstream fields(stat.substr(close + 2));
-  char state = 0;
-  long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
-  unsigned long flags = 0;
-  fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
-  constexpr unsigned long kPfExiting = 0x4;
-  if (fields && (flags & kPfExiting)) return false;
-  return state != 'Z' && state != 'X';
-}
 
 }  // namespace
 
