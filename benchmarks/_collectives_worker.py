@@ -17,7 +17,9 @@ Patterns (what the calling thread does between two timed calls):
     compute-gap     a CPU loop of small matmuls for --gap-us, then the call
     interleaved     an 8-byte all_reduce on a second gloo group, then the call
 
-In the last two each call is timed alone (from its start to its return). After the
+In the last two each call is timed alone (from its start to its return). Every
+pattern's record also splits its calls at the last rank's arrival (arrival_phases).
+After the
 patterns of a size, the torch world measures the single-copy bound on the same
 buffers (_collectives_cma.py). Rank 0 prints each size's rows as soon as all variants
 have run them (with the rows of an MPI world that ran before, read from its records)
@@ -232,8 +234,9 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
     t_counter = tcount[0]
     ns = time.perf_counter_ns
 
-    def batch(iters, walls=None):
-        """Timed calls; `walls` (when given) gets each iteration's whole time, pattern included."""
+    def batch(iters, walls=None, stamps_out=None):
+        """Timed calls; `walls` (when given) gets each iteration's whole time, pattern included,
+        and `stamps_out` each call's (entry, return) on the host's monotonic clock."""
         nonlocal wrong_iters, wrong_elems, t_counter
         times = []
         done = 0
@@ -251,6 +254,8 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
                 times += [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(b)]
                 if walls is not None:
                     walls += times[-b:]
+                if stamps_out is not None:
+                    stamps_out += [(stamps[i], stamps[i + 1]) for i in range(b)]
             else:
                 for i in range(b):
                     w0 = ns()
@@ -261,6 +266,8 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
                     times.append((t1 - t0) / 1e3)
                     if walls is not None:
                         walls.append((t1 - w0) / 1e3)
+                    if stamps_out is not None:
+                        stamps_out.append((t0, t1))
             for i in range(b):
                 w = case.check(i, ts[i])
                 if w:
@@ -284,7 +291,8 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
         iters = int(min(args.max_iters, max(args.min_iters, round(args.budget * 1e6 / max(est.item(), 1e-3)))))
         warm_wrong = wrong_iters  # warm-up results are checked too, and kept apart
         wrong_iters = wrong_elems = 0
-        times = batch(iters)
+        stamps = []
+        times = batch(iters, stamps_out=stamps)
     finally:
         gc.enable()
         var.leave(n)
@@ -297,7 +305,24 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
     return {"status": "ok", "iters": iters, "warmup": warm, "buffers": nbuf,
             "time_us": q[1], "p10_us": q[0], "p50_us": q[1], "p90_us": q[2],
             "min_us": float(tt.min()), "max_us": float(tt.max()),
-            "wrong": int(wr[0]), "wrong_elems": int(wr[1]), "warmup_wrong": int(wr[2])}
+            "wrong": int(wr[0]), "wrong_elems": int(wr[1]), "warmup_wrong": int(wr[2]),
+            **arrival_phases(stamps)}
+
+
+def arrival_phases(stamps):
+    """Splits each timed call at the moment the last rank entered it, on the host's
+    monotonic clock (shared by the ranks of one host): `skew` is how long the first rank
+    waited for the last to arrive (the pattern's doing, whatever the backend), `after_last`
+    how long the slowest rank then took to return (the backend's doing). p50s, in us."""
+    entries = torch.tensor([e for e, _ in stamps], dtype=torch.int64)
+    returns = torch.tensor([r for _, r in stamps], dtype=torch.int64)
+    last, first = entries.clone(), entries.clone()
+    dist.all_reduce(last, op=dist.ReduceOp.MAX)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN)
+    after = returns - last
+    dist.all_reduce(after, op=dist.ReduceOp.MAX)
+    return {"skew_p50_us": float((last - first).double().median()) / 1e3,
+            "after_last_p50_us": float(after.double().median()) / 1e3}
 
 
 def _init(args):

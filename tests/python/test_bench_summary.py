@@ -56,6 +56,24 @@ def test_issue12_repeat_spread_is_worst_over_best_per_point():
     assert targets.Points(recs).t("back-to-back", 2, "all_reduce", 8, "ringx") == pytest.approx(17.5)
 
 
+def test_issue12_after_last_arrival_row_says_which_part_of_a_pattern_missed():
+    recs = [pt("ringx", "all_reduce", 8, 6.0),
+            # compute-gap: 60 us in all, of which 52 waiting for the late rank, 8 after it came
+            {**pt("ringx", "all_reduce", 8, 60.0, "compute-gap"), "after_last_p50_us": 8.0, "skew_p50_us": 52.0},
+            # interleaved: 30 us in all, 20 of them after the last rank entered
+            {**pt("ringx", "all_reduce", 8, 30.0, "interleaved"), "after_last_p50_us": 20.0, "skew_p50_us": 9.0}]
+    rows = {r[0]: r for r in targets.issue12(recs, META)}
+    assert rows["compute-gap <= 4 KiB, ringx / its back-to-back"][3] == "MISSED"  # 10x
+    gap = rows["compute-gap <= 4 KiB, after the last rank entered / back-to-back"]
+    inter = rows["interleaved <= 4 KiB, after the last rank entered / back-to-back"]
+    assert gap[3] == inter[3] == "why"
+    assert "1.33x" in gap[1] and "skew 52.0 us" in gap[1]  # 8 / 6: the skew made the miss
+    assert "3.33x" in inter[1]  # 20 / 6: ringx itself is slow after the arrival
+    # The explaining rows count neither as met nor as missed.
+    summary_line = targets.format_rows("t", targets.issue12(recs, META))[-1]
+    assert summary_line.endswith("t: 1 met, 2 missed, 6 not measured")  # of 11 rows, 2 explain
+
+
 def test_issue16_compares_with_the_better_mpi_or_the_bound():
     mib = 1 << 20
     recs = [pt("ringx", "all_gather_into_tensor", mib, 100.0), pt("mpi", "all_gather_into_tensor", mib, 130.0),
