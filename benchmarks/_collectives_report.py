@@ -100,13 +100,13 @@ def _fmt_t(us: float) -> str:
 
 
 def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap_us=0,
-                 bound_cols=True) -> list[str]:
+                 bound_cols=True, inter_backend="gloo") -> list[str]:
     head = f"# {coll}, world {n}, {dtype}"
     notes = [f"{lb}: {st}" for lb, st in status.items() if st != "ok"]
     lines = [head + ("   (" + "; ".join(notes) + ")" if notes else "")]
     if len(patterns) > 1 or patterns[0] != "back-to-back":
         desc = {"back-to-back": "b2b = back to back", "compute-gap": f"gap = {gap_us:g} us of compute before each call",
-                "interleaved": "inter = an 8 B gloo all_reduce on a second group before each call"}
+                "interleaved": f"inter = an 8 B {inter_backend} all_reduce on a second group before each call"}
         lines.append("# patterns: " + "; ".join(desc[p] for p in patterns))
     top = f"#{'':>51} |"
     sub = f"# {'size':>10} {'count':>10} {'type':>9} {'redop':>6} {'pattern':>7}     |"

@@ -15,7 +15,8 @@ Patterns (what the calling thread does between two timed calls):
 
     back-to-back    nothing: the next call starts when the previous returns
     compute-gap     a CPU loop of small matmuls for --gap-us, then the call
-    interleaved     an 8-byte all_reduce on a second gloo group, then the call
+    interleaved     an 8-byte all_reduce on a second group (gloo, or ringx with
+                    --inter-backend ringx), then the call
 
 In the last two each call is timed alone (from its start to its return). Every
 pattern's record also splits its calls at the last rank's arrival (arrival_phases).
@@ -378,7 +379,9 @@ def main(args):
         torch.cuda.set_device(device)
     timeout = datetime.timedelta(seconds=args.pg_timeout)
     dist.init_process_group("gloo", timeout=timeout)
-    inter_group = dist.new_group(backend="gloo", timeout=timeout)
+    if args.inter_backend == "ringx":
+        import ringx  # noqa: F401  (registers the backend)
+    inter_group = dist.new_group(backend=args.inter_backend, timeout=timeout)
     between = Between(args.gap_us, inter_group)
     out = open(args._out, "a") if rank == 0 else None
     rep = {"repeat": args._repeat}
@@ -441,7 +444,7 @@ def main(args):
             status[lb] = "unsupported" if st and all(x == "unsupported" for x in st) else "ok"
         say("")
         for line in report.table_header(coll, n, args.dtype, labels, status, args.patterns, args.gap_us,
-                                        not (args.no_bound or args._mpi)):
+                                        not (args.no_bound or args._mpi), args.inter_backend):
             say(line)
         for v in variants:
             v.broken = None

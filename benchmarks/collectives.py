@@ -86,6 +86,9 @@ def parse_args(argv=None):
                         "back to back runs every size)")
     p.add_argument("--gap-us", type=float, default=200,
                    help="compute-gap: microseconds of CPU work (small matmuls) before each call (default 200)")
+    p.add_argument("--inter-backend", default="gloo", choices=["gloo", "ringx"],
+                   help="interleaved: the backend of the second group whose 8-byte all_reduce runs between "
+                        "calls (default gloo; its threads stay busy after its call returns)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run the whole sweep this many times and report each point's worst/best p50")
     p.add_argument("--mpi-venv", default=MPI_VENVS["mpi"], help="venv with mpi4py and Open MPI (make bench-mpi-venv)")
@@ -164,6 +167,9 @@ def parse_args(argv=None):
         p.error("--repeats must be >= 1")
     if a.step_factor < 2:
         p.error("--step-factor must be >= 2")
+    if a.inter_backend == "ringx" and "interleaved" in a.patterns and {"mpi", "mpich"} & set(a.backends):
+        p.error("--inter-backend ringx cannot run beside MPI: an MPI rank cannot load ringx (Open MPI's "
+                "bundled UCX clashes with ringx's); leave mpi and mpich out of --backends")
     sizes, s = [], max(1, a.min_bytes)
     while s <= a.max_bytes:
         sizes.append(s)
@@ -502,7 +508,7 @@ def main():
             "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
             "gloo_labels": gloo_labels, "mpi_labels": mpi_labels, "patterns": args.patterns,
-            "gap_us": args.gap_us, "repeats": args.repeats, "argv": sys.argv[1:], "pin": args.pin,
+            "gap_us": args.gap_us, "inter_backend": args.inter_backend, "repeats": args.repeats, "argv": sys.argv[1:], "pin": args.pin,
             "mpi_bind": args.mpi_bind,
             "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
