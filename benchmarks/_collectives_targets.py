@@ -35,16 +35,11 @@ class Points:
     """The ok points, merged over repeats: time = median of the repeats' p50s."""
 
     def __init__(self, records):
-        runs = {}
         self.repeats = sorted({r.get("repeat", 0) for r in records if r.get("kind") == "point"}) or [0]
-        for r in records:
-            if r.get("kind") == "point" and r.get("status") == "ok":
-                key = (r.get("pattern", "back-to-back"), r["world"], r["coll"], r["size"], r["backend"])
-                runs.setdefault(key, []).append(r["time_us"])
-        self.runs = runs
-        self.time = {k: statistics.median(v) for k, v in runs.items()}
-        self.after_last = self._median_of(records, "after_last_p50_us")
-        self.skew = self._median_of(records, "skew_p50_us")
+        self.runs = self._runs_of(records, "time_us")
+        self.time = self._medians(self.runs)
+        self.after_last = self._medians(self._runs_of(records, "after_last_p50_us"))
+        self.skew = self._medians(self._runs_of(records, "skew_p50_us"))
         self.status = {}
         for r in records:
             if r.get("kind") == "point" and r.get("status") != "ok":
@@ -57,12 +52,17 @@ class Points:
         self.bound = {k: statistics.median(v) for k, v in cm.items()}
 
     @staticmethod
-    def _median_of(records, field):
+    def _runs_of(records, field):
+        """{(pattern, world, coll, size, backend): [field of each repeat]} over the ok points."""
         runs = {}
         for r in records:
             if r.get("kind") == "point" and r.get("status") == "ok" and field in r:
                 key = (r.get("pattern", "back-to-back"), r["world"], r["coll"], r["size"], r["backend"])
                 runs.setdefault(key, []).append(r[field])
+        return runs
+
+    @staticmethod
+    def _medians(runs):
         return {k: statistics.median(v) for k, v in runs.items()}
 
     def t(self, pattern, n, coll, size, backend):
@@ -170,7 +170,7 @@ def _after_last_row(pts, pat):
     """Where a pattern's time goes: the same ratio counting only what a call took after
     the last rank entered it (what the backend can change; the rest is the ranks' arrival
     skew, which the pattern makes). Not a target of its own: it says which part missed."""
-    items, skews = [], []
+    items = []
     for n, c, s in pts.keys(pat):
         if s > SMALL or n < 2:
             continue
@@ -182,7 +182,8 @@ def _after_last_row(pts, pat):
                           f"arrival, skew {skew:.1f} us, back to back {base:.1f} us"))
     w = _worst(items)
     return (f"{pat} <= 4 KiB, after the last rank entered / back-to-back",
-            f"worst {w[0]:.2f}x ({w[1]})" if w else "not measured (no phase stamps in this run)",
+            f"worst {w[0]:.2f}x ({w[1]})" if w else "not measured" if not pts.keys(pat)
+            else "not measured (this run's records have no phase stamps)",
             "none: it explains the row above (<= 1.5x: the arrival skew made the miss)", "why")
 
 

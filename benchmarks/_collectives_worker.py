@@ -20,8 +20,7 @@ Patterns (what the calling thread does between two timed calls):
 
 In the last two each call is timed alone (from its start to its return). Every
 pattern's record also splits its calls at the last rank's arrival (arrival_phases).
-After the
-patterns of a size, the torch world measures the single-copy bound on the same
+After the patterns of a size, the torch world measures the single-copy bound on the same
 buffers (_collectives_cma.py). Rank 0 prints each size's rows as soon as all variants
 have run them (with the rows of an MPI world that ran before, read from its records)
 and appends a JSON record per (collective, size, pattern, variant) to the file the

@@ -508,7 +508,8 @@ def main():
             "machine_info": mach, "date": stamp, "dtype": args.dtype, "worlds": args.worlds,
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
             "gloo_labels": gloo_labels, "mpi_labels": mpi_labels, "patterns": args.patterns,
-            "gap_us": args.gap_us, "inter_backend": args.inter_backend, "repeats": args.repeats, "argv": sys.argv[1:], "pin": args.pin,
+            "gap_us": args.gap_us, "inter_backend": args.inter_backend, "repeats": args.repeats,
+            "argv": sys.argv[1:], "pin": args.pin,
             "mpi_bind": args.mpi_bind,
             "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
