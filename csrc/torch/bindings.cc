@@ -5,6 +5,7 @@
 #include "core/algorithms/registry.h"
 #include "core/engine/callback_pool.h"
 #include "torch/bindings_info.h"
+#include "torch/exit_safe_release.h"
 #include "torch/process_group_ringx.hpp"
 
 namespace py = pybind11;
@@ -25,8 +26,13 @@ PYBIND11_MODULE(_C, m) {
   // Completion callbacks run Python (future continuations): none may start
   // once the interpreter is being torn down. Queued ones run here, while
   // Python still works, with the GIL released so their threads can take it.
+  // Then the engine's threads stop releasing tensors (exit_safe_release.cc).
   py::module_::import("atexit").attr("register")(py::cpp_function(
-      [] { ringx::CallbackPool::stopAll(); }, py::call_guard<py::gil_scoped_release>()));
+      [] {
+        ringx::CallbackPool::stopAll();
+        ringx::stopReleasingAtExit();
+      },
+      py::call_guard<py::gil_scoped_release>()));
 
   m.def("algorithms", [] {
     py::list out;

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "torch/exit_safe_release.h"
 #include "torch/process_group_ringx.hpp"
 
 namespace ringx {
@@ -87,25 +88,26 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitHeld(std::vector<Held> he
     return work;
   }
   Schedule merged = std::move(held.front().op->schedule);
-  auto keepAlive = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  std::vector<std::shared_ptr<void>> keepAlive;
   std::vector<c10::intrusive_ptr<WorkRingx>> calls;
   std::chrono::milliseconds timeout{0};
   for (size_t i = 0; i < held.size(); ++i) {
     if (i) merged.append(std::move(held[i].op->schedule));
-    keepAlive->push_back(held[i].op->keepAlive);
+    keepAlive.push_back(held[i].op->keepAlive);
     calls.push_back(held[i].work);
     timeout = std::max(timeout, held[i].op->timeout);
   }
   auto op = std::make_unique<Op>("coalesced", seq, std::move(merged));
   op->timeout = timeout;
-  op->keepAlive = keepAlive;
-  op->onDone = [calls, work](const Error* e) {
-    for (const auto& w : calls) w->markDone(e);
-    work->markDone(e);
+  op->keepAlive = exitSafe(std::move(keepAlive));
+  auto works = exitSafe(std::make_pair(calls, work));
+  op->onDone = [works](const Error* e) {
+    for (const auto& w : works->first) w->markDone(e);
+    works->second->markDone(e);
   };
-  op->onCallbacks = [calls, work](const Error* e) {
-    for (const auto& w : calls) w->completeFuture(e);
-    work->completeFuture(e);
+  op->onCallbacks = [works](const Error* e) {
+    for (const auto& w : works->first) w->completeFuture(e);
+    works->second->completeFuture(e);
   };
   try {
     // Under the lock that orders numbering and submission (submitBuilt).

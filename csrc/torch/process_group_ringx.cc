@@ -16,6 +16,7 @@
 #include "core/common/topology.h"
 #include "core/select/select.h"
 #include "core/transport/ucx/ucx_transport.h"
+#include "torch/exit_safe_release.h"
 #include "torch/staging.h"
 #include "torch/store_adapter.h"
 
@@ -337,18 +338,19 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
   op->timeout = call.timeout;
   op->bytes = call.bytes;
   op->callerWaits = call.callerWaits;
-  op->keepAlive = std::make_shared<std::vector<at::Tensor>>(std::move(keepAlive));
+  op->keepAlive = exitSafe(std::move(keepAlive));
   if (held_) {
     hold(call, std::move(work), std::move(op));
     return {};
   }
   Op* raw = op.get();
-  op->onDone = [work, raw](const Error* e) {
-    work->setSourceRank(raw->recvSource);
-    work->markDone(e);
+  auto held = exitSafe(work);
+  op->onDone = [held, raw](const Error* e) {
+    (*held)->setSourceRank(raw->recvSource);
+    (*held)->markDone(e);
   };
-  op->onCallbacks = [work](const Error* e) { work->completeFuture(e); };
-  op->callbacksWanted = [work] { return work->futureWanted(); };
+  op->onCallbacks = [held](const Error* e) { (*held)->completeFuture(e); };
+  op->callbacksWanted = [held] { return (*held)->futureWanted(); };
   try {
     comm_->submit(std::move(op));
   } catch (const Error& e) {

@@ -590,6 +590,21 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
     assert first_restarted is not None, text[-4000:]
 
 
+# ------------------------------------------------------------------- exit with an op in flight
+
+def test_rank_exiting_while_its_op_completes_releases_nothing_into_a_finalizing_interpreter():
+    """fault_scripts/exit_release.py: rank 1's last async op ends on its progress thread
+    while the exiting main thread holds the GIL past ringx's atexit hook. Before the fix
+    the progress thread waited for the GIL to drop the tensor, was ended by the
+    finalizing interpreter, and the rank aborted ("terminate called without an active
+    exception", as CI saw in the teardown case of the callbacks test)."""
+    out = launch("exit_release.py", 2, FAULT_TIMEOUT)
+    for res in out:
+        assert_clean_exit(res, out)
+        assert "terminate called" not in res.log, out.report()
+    assert out[0].event("done")["value"] == [2.0, 2.0], out.report()
+
+
 # ------------------------------------------------------------------- completion callbacks
 
 def test_completion_callbacks_bounded_ordered_never_after_destroy_and_fork_safe():
