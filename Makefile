@@ -60,6 +60,11 @@ TORCH2_VENV_STAMP := $(TORCH2_VENV)/.stamp-deps-$(call hash,$(TORCH2_REQS))
 WHEEL1_STAMP := $(WHEEL1_DIR)/.stamp
 WHEEL2_STAMP := $(WHEEL2_DIR)/.stamp
 BUILD_STAMP := build/.stamp-install
+# make build and the torch-$(TORCH1) wheel share one build folder, which also
+# builds the core's Catch2 tests: cpp-test runs them from there, so the core is
+# compiled once for both (the sanitizer builds show it builds without torch).
+EXT_BUILD_DIR := build/ext
+EXT_BUILD_ARGS := -C build-dir=$(EXT_BUILD_DIR) -C cmake.define.RINGX_BUILD_TESTS=ON
 
 # What the extension is built from. The list itself is kept in build/.srclist
 # and rewritten when it changes, so deleting or adding a file rebuilds too.
@@ -121,23 +126,26 @@ $(VENV_STAMP): | sysdeps
 	@touch $@
 
 # pip install the package (extension ringx._C) into .venv. scikit-build-core
-# builds in build/{wheel_tag}, so a rebuild only recompiles what changed.
+# keeps its build folder, so a rebuild only recompiles what changed.
 build: $(BUILD_STAMP)
 
-$(BUILD_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
+$(BUILD_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(wildcard tests/cpp/*) | sysdeps
 	@mkdir -p build
-	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install --no-build-isolation .
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install --no-build-isolation $(EXT_BUILD_ARGS) .
 	@touch $@
 
 UCX_PREFIX = $$($(VPY) -c 'import libucx, os; print(os.path.dirname(libucx.__file__))')
 
-# Catch2 tests of the core (no torch, no Python).
-cpp-test: sysdeps venv
-	$(WITH_VENV) cmake -S . -B build/cpp -G Ninja \
-	  -DRINGX_BUILD_PYTHON=OFF -DRINGX_BUILD_TESTS=ON \
-	  -DCMAKE_PREFIX_PATH="$(UCX_PREFIX)"
-	$(WITH_VENV) cmake --build build/cpp -j $(JOBS)
-	$(WITH_VENV) ctest --test-dir build/cpp --output-on-failure --no-tests=error --timeout $(CTEST_TIMEOUT)
+# UCX patches mmap and friends when it loads (its memory hooks); UCX 1.22
+# waits about 50 ms per patched function, 0.4 s per process, and ctest starts
+# one process per test case. The core's tests use no registration cache, which
+# is what the hooks keep right.
+UCX_NO_HOOKS_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+
+# Catch2 tests of the core (no torch, no Python), built beside the extension.
+cpp-test: sysdeps venv build
+	$(UCX_NO_HOOKS_ENV) $(WITH_VENV) ctest --test-dir $(EXT_BUILD_DIR) --output-on-failure --no-tests=error \
+	  --timeout $(CTEST_TIMEOUT)
 
 # Multi-process tests of the installed package; a hang fails within the bound.
 py-test: sysdeps venv build
@@ -145,9 +153,9 @@ py-test: sysdeps venv build
 
 # A wheel built against .venv's torch. It shares make build's build folder,
 # so only what changed is compiled.
-$(WHEEL1_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
+$(WHEEL1_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(wildcard tests/cpp/*) | sysdeps
 	rm -rf $(@D) && mkdir -p $(@D)
-	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps . -w $(@D)
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps $(EXT_BUILD_ARGS) . -w $(@D)
 	@touch $@
 
 # Install the wheel into a clean venv and run a 2-rank smoke test there, from
@@ -221,10 +229,11 @@ test-gpu: sysdeps venv
 
 # The site's UCX (issue 13): RDMA clusters bring their own UCX (HPC-X, MOFED,
 # a distro's), which the libucx wheel cannot stand in for. This keeps that path
-# alive against Debian's libucx-dev: the core's Catch2 suite, then the
-# extension built with RINGX_UCX=system into a venv without the libucx wheel,
-# `python -m ringx` naming the system's libucp, and the collectives over the
-# network algorithms and a slice of the default ones.
+# alive against Debian's libucx-dev: the extension built with RINGX_UCX=system
+# into a venv without the libucx wheel, together with the core's UCX transport
+# tests (the one Catch2 file that touches UCX), `python -m ringx` naming the
+# system's libucp, and the collectives over the network algorithms and a slice
+# of the default ones.
 SYSUCX_DEB_PKGS := libucx-dev pkg-config
 SYSUCX_VENV := build/venv-system-ucx
 SYSUCX_VPY := $(SYSUCX_VENV)/bin/python
@@ -232,6 +241,7 @@ SYSUCX_REQS := torch==$(TORCH1) scikit-build-core pybind11 ninja pytest numpy
 SYSUCX_VENV_STAMP := $(SYSUCX_VENV)/.stamp-deps-$(call hash,$(SYSUCX_REQS))
 SYSUCX_TESTS := tests/python/test_network_path.py tests/python/test_allreduce.py tests/python/test_collectives_p2p.py
 SYSUCX_TIMEOUT := 900
+SYSUCX_BUILD_DIR := build/system-ucx
 
 $(SYSUCX_VENV_STAMP): | sysdeps
 	@test -x $(SYSUCX_VPY) || { echo "test-system-ucx: creating $(SYSUCX_VENV)"; "$(PYTHON)" -m venv $(SYSUCX_VENV); }
@@ -249,15 +259,13 @@ test-system-ucx: sysdeps venv $(SYSUCX_VENV_STAMP)
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@start=$$(date +%s); rc=0; \
-	echo "======== test-system-ucx: the core's tests against UCX $$(pkg-config --modversion ucx) ========"; \
-	$(WITH_VENV) cmake -S . -B build/cpp-system-ucx -G Ninja -DRINGX_BUILD_PYTHON=OFF -DRINGX_BUILD_TESTS=ON \
-	  -DRINGX_UCX=system >/dev/null && \
-	$(WITH_VENV) cmake --build build/cpp-system-ucx -j $(JOBS) && \
-	ldd build/cpp-system-ucx/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp" && \
-	$(WITH_VENV) ctest --test-dir build/cpp-system-ucx --no-tests=error --timeout $(CTEST_TIMEOUT) -Q --output-on-failure || rc=1; \
-	echo "======== test-system-ucx: the extension against it ========"; \
+	echo "======== test-system-ucx: the extension and the transport's tests against UCX $$(pkg-config --modversion ucx) ========"; \
 	PATH="$(CURDIR)/$(SYSUCX_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(SYSUCX_VPY) -m pip install -q \
-	  --no-build-isolation --no-deps -C cmake.define.RINGX_UCX=system -C build-dir=build/system-ucx/{wheel_tag} . || rc=1; \
+	  --no-build-isolation --no-deps -C cmake.define.RINGX_UCX=system -C build-dir=$(SYSUCX_BUILD_DIR) \
+	  -C cmake.define.RINGX_BUILD_TESTS=ON -C cmake.define.RINGX_TEST_FILES=test_ucx_transport . && \
+	ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp" && \
+	$(UCX_NO_HOOKS_ENV) $(WITH_VENV) ctest --test-dir $(SYSUCX_BUILD_DIR) --no-tests=error --timeout $(CTEST_TIMEOUT) -Q \
+	  --output-on-failure || rc=1; \
 	info=$$(cd /tmp && $(CURDIR)/$(SYSUCX_VPY) -m ringx) && echo "$$info" | grep -E "^UCX " && \
 	echo "$$info" | grep -qE "^UCX $$(pkg-config --modversion ucx) \(/.*x86_64-linux-gnu/libucp" || \
 	{ echo "test-system-ucx: python -m ringx does not name the system's UCX"; rc=1; }; \
@@ -274,17 +282,19 @@ SUMMARY_torch-compat := torch-compat:
 SUMMARY_test-gpu := passed|failed|skipped|error|no tests ran
 SUMMARY_test-system-ucx := test-system-ucx:
 
-# Runs every suite even when one fails, then says which passed; fails if any did.
+# Runs every suite even when one fails, then says which passed and how long
+# each took (CI's budget for all of it is 30 min); fails if any did.
+MAKE_TEST_START := $(shell date +%s)
 test: sysdeps venv build
-	@mkdir -p build/logs; rc=0; results=(); \
+	@mkdir -p build/logs; rc=0; results=("set-up+build|ok|$$(( $$(date +%s) - $(MAKE_TEST_START) ))"); \
 	for t in cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test-sanitize; do \
-	  echo "======== $$t ========"; \
+	  echo "======== $$t ========"; start=$$(date +%s); \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
-	  results+=("$$t|$$s"); \
+	  results+=("$$t|$$s|$$(( $$(date +%s) - start ))"); \
 	done; \
 	echo; echo "======== make test: summary (logs in build/logs/) ========"; \
 	for r in "$${results[@]}"; do \
-	  t=$${r%%|*}; s=$${r##*|}; \
+	  IFS='|' read -r t s secs <<< "$$r"; \
 	  case $$t in \
 	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
 	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; torch-compat) pat='$(SUMMARY_torch-compat)';; \
@@ -292,9 +302,10 @@ test: sysdeps venv build
 	    test-system-ucx) pat='$(SUMMARY_test-system-ucx)';; \
 	    *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \
-	  last=$$(grep -E "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
-	  printf '%-13s %-7s %s\n' "$$t" "$$s" "$$last"; \
+	  last=$$(grep -sE "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
+	  printf '%-15s %-7s %6s s  %s\n' "$$t" "$$s" "$$secs" "$$last"; \
 	done; \
+	echo "make test: $$(( $$(date +%s) - $(MAKE_TEST_START) )) s in all, set-up and build included"; \
 	exit $$rc
 
 demo: sysdeps venv build
@@ -330,23 +341,23 @@ distclean: clean
 #
 #   make test-sanitize  the C++ core tests under AddressSanitizer + UBSan
 #                       (build/asan, every test) and under ThreadSanitizer
-#                       (build/tsan, the tests that run threads: engine,
-#                       collectives, UCX transport); what UCX itself trips is
-#                       suppressed in tests/cpp/tsan.supp
+#                       (build/tsan, built from the test files that run
+#                       threads: engine, collectives, UCX transport, shared
+#                       memory, device); what UCX itself trips is suppressed
+#                       in tests/cpp/tsan.supp
 #   make soak           4 ranks, $(SOAK_OPS) random collectives, each result checked
 .PHONY: test-sanitize soak
 SANITIZE_CMAKE = $(WITH_VENV) cmake -G Ninja -DRINGX_BUILD_PYTHON=OFF -DRINGX_BUILD_TESTS=ON \
 	-DCMAKE_BUILD_TYPE=Debug -DCMAKE_PREFIX_PATH="$(UCX_PREFIX)"
-# UCX's malloc/mmap hooks get in the sanitizers' way: turn them off.
-SANITIZE_UCX_ENV := UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
-ASAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
+# UCX's malloc/mmap hooks get in the sanitizers' way too.
+ASAN_RUN_ENV := $(UCX_NO_HOOKS_ENV) \
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/cpp/lsan.supp \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-TSAN_RUN_ENV := $(SANITIZE_UCX_ENV) \
+TSAN_RUN_ENV := $(UCX_NO_HOOKS_ENV) \
 	TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/cpp/tsan.supp
-# Catch2 test-spec of the TSan run: the test files that start threads.
-TSAN_TESTS := [\#test_engine],[\#test_engine_drive],[\#test_engine_failures],[\#test_collectives],[\#test_ucx_transport],[\#test_shm],[\#test_hier],[\#test_device_sim]
+# The TSan build's test files: those that start threads.
+TSAN_TEST_FILES := test_engine;test_engine_drive;test_engine_failures;test_collectives;test_ucx_transport;test_shm;test_hier;test_device_sim
 SANITIZE_TIMEOUT := 900
 
 test-sanitize: sysdeps venv
@@ -357,10 +368,9 @@ test-sanitize: sysdeps venv
 	$(ASAN_RUN_ENV) $(WITH_VENV) ctest --test-dir build/asan --output-on-failure --no-tests=error \
 	  --timeout $(SANITIZE_TIMEOUT) || rc=1; \
 	echo "======== test-sanitize: thread (build/tsan) ========"; \
-	$(SANITIZE_CMAKE) -S . -B build/tsan -DRINGX_SANITIZE=thread >/dev/null; \
+	$(SANITIZE_CMAKE) -S . -B build/tsan -DRINGX_SANITIZE=thread -DRINGX_TEST_FILES='$(TSAN_TEST_FILES)' >/dev/null; \
 	$(WITH_VENV) cmake --build build/tsan -j $(JOBS); \
-	$(TSAN_RUN_ENV) timeout -k 10 $(SANITIZE_TIMEOUT) build/tsan/tests/cpp/ringx_core_tests \
-	  --filenames-as-tags '$(TSAN_TESTS)' || rc=1; \
+	$(TSAN_RUN_ENV) timeout -k 10 $(SANITIZE_TIMEOUT) build/tsan/tests/cpp/ringx_core_tests || rc=1; \
 	echo "test-sanitize: $$([ $$rc = 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s"; \
 	exit $$rc
 
