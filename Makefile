@@ -72,6 +72,9 @@ SRC_FILES := $(sort $(shell find csrc python cmake tools -type f \
 	-not -path '*/__pycache__/*' -not -name '*.pyc' -not -name '*.so' 2>/dev/null) \
 	$(wildcard CMakeLists.txt) pyproject.toml)
 SRC_LIST := build/.srclist
+# The core's Catch2 tests, which the folders of make build and the system-UCX
+# build compile too (not the torch-$(TORCH2) one).
+CPP_TEST_FILES := $(wildcard tests/cpp/*)
 ifneq ($(strip $(file <$(SRC_LIST))),$(strip $(SRC_FILES)))
 $(shell mkdir -p build)
 $(file >$(SRC_LIST),$(SRC_FILES))
@@ -129,7 +132,7 @@ $(VENV_STAMP): | sysdeps
 # keeps its build folder, so a rebuild only recompiles what changed.
 build: $(BUILD_STAMP)
 
-$(BUILD_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(wildcard tests/cpp/*) | sysdeps
+$(BUILD_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(CPP_TEST_FILES) | sysdeps
 	@mkdir -p build
 	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install --no-build-isolation $(EXT_BUILD_ARGS) .
 	@touch $@
@@ -153,7 +156,7 @@ py-test: sysdeps venv build
 
 # A wheel built against .venv's torch. It shares make build's build folder,
 # so only what changed is compiled.
-$(WHEEL1_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(wildcard tests/cpp/*) | sysdeps
+$(WHEEL1_STAMP): $(VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(CPP_TEST_FILES) | sysdeps
 	rm -rf $(@D) && mkdir -p $(@D)
 	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel --no-build-isolation --no-deps $(EXT_BUILD_ARGS) . -w $(@D)
 	@touch $@
@@ -254,7 +257,7 @@ SYSUCX_STAMP := $(SYSUCX_BUILD_DIR)/.stamp-install
 
 # (internal) Debian's UCX, then the extension and the transport's Catch2 tests
 # built against it, installed into the system-UCX venv.
-$(SYSUCX_STAMP): $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(wildcard tests/cpp/*) | sysdeps
+$(SYSUCX_STAMP): $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(CPP_TEST_FILES) | sysdeps
 	@missing=""; for p in $(SYSUCX_DEB_PKGS); do \
 	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
 	done; \
