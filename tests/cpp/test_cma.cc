@@ -45,11 +45,11 @@ struct CmaWorld {
 };
 
 // Rank q's element i of any input: exact in float.
-float value(int q, size_t i) { return float(q * 100000 + int(i % 99991)); }
+float cmaValue(int q, size_t i) { return float(q * 100000 + int(i % 99991)); }
 
-std::vector<float> input(int q, size_t n) {
+std::vector<float> cmaInput(int q, size_t n) {
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = value(q, i);
+  for (size_t i = 0; i < n; ++i) v[i] = cmaValue(q, i);
   return v;
 }
 
@@ -102,7 +102,7 @@ TEST_CASE(
     uint64_t seq = 0;
     for (int round = 0; round < 2; ++round) {
       const int root = (round + size - 1) % size;
-      const std::vector<float> in = input(r, count);
+      const std::vector<float> in = cmaInput(r, count);
 
       std::vector<float> out(size * count, -1);
       CollArgs a = w.args(Collective::AllGather, r, ++seq);
@@ -110,7 +110,7 @@ TEST_CASE(
       a.buf = out.data();
       a.count = count;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_gather", seq, buildAllGatherCma(a)));
-      expectEach(r, "all_gather", out, [&](size_t i) { return value(int(i / count), i % count); });
+      expectEach(r, "all_gather", out, [&](size_t i) { return cmaValue(int(i / count), i % count); });
 
       // A slot op between single-copy ones: both share the chunk numbering.
       std::vector<float> slotted = in;
@@ -119,7 +119,7 @@ TEST_CASE(
       a.count = count;
       a.root = root;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "broadcast", seq, buildBroadcastShm(a)));
-      expectEach(r, "slot broadcast", slotted, [&](size_t i) { return value(root, i); });
+      expectEach(r, "slot broadcast", slotted, [&](size_t i) { return cmaValue(root, i); });
 
       std::vector<float> buf = in;
       a = w.args(Collective::Broadcast, r, ++seq);
@@ -127,7 +127,7 @@ TEST_CASE(
       a.count = count;
       a.root = root;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "broadcast", seq, buildBroadcastCma(a)));
-      expectEach(r, "broadcast", buf, [&](size_t i) { return value(root, i); });
+      expectEach(r, "broadcast", buf, [&](size_t i) { return cmaValue(root, i); });
 
       std::vector<float> gathered(r == root ? size * count : 0, -1);
       a = w.args(Collective::Gather, r, ++seq);
@@ -136,9 +136,9 @@ TEST_CASE(
       a.count = count;
       a.root = root;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "gather", seq, buildGatherCma(a)));
-      expectEach(r, "gather", gathered, [&](size_t i) { return value(int(i / count), i % count); });
+      expectEach(r, "gather", gathered, [&](size_t i) { return cmaValue(int(i / count), i % count); });
 
-      const std::vector<float> all = r == root ? input(r, size * count) : std::vector<float>{};
+      const std::vector<float> all = r == root ? cmaInput(r, size * count) : std::vector<float>{};
       std::vector<float> mine(count, -1);
       a = w.args(Collective::Scatter, r, ++seq);
       a.input = r == root ? all.data() : nullptr;
@@ -146,7 +146,7 @@ TEST_CASE(
       a.count = count;
       a.root = root;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "scatter", seq, buildScatterCma(a)));
-      expectEach(r, "scatter", mine, [&](size_t i) { return value(root, r * count + i); });
+      expectEach(r, "scatter", mine, [&](size_t i) { return cmaValue(root, r * count + i); });
     }
   });
 }
@@ -161,8 +161,8 @@ TEST_CASE(
   CAPTURE(size, scale);
   CmaWorld w(size);
   onEachRank(size, [&](int r) {
-    // Rank src's message to dst: element i is value(src, dst * 1000003 + i).
-    auto message = [](int src, int dst, size_t i) { return value(src, dst * 1000003 + i); };
+    // Rank src's message to dst: element i is cmaValue(src, dst * 1000003 + i).
+    auto message = [](int src, int dst, size_t i) { return cmaValue(src, dst * 1000003 + i); };
     CollArgs a = w.args(Collective::AllToAll, r, 1);
     std::vector<float> in, out;
     for (int dst = 0; dst < size; ++dst) {
@@ -287,7 +287,7 @@ TEST_CASE(
     "op, and fails naming it") {
   CmaWorld w(2);
   const size_t n = (8u << 20) / sizeof(float);  // two 4 MiB pieces
-  std::vector<float> owned = input(0, n), got(n, -1.0f);
+  std::vector<float> owned = cmaInput(0, n), got(n, -1.0f);
   CollIdentity id{};
   id.seq = 1;
   id.count = n;
@@ -306,7 +306,7 @@ TEST_CASE(
   REQUIRE(x[0]->match());
   REQUIRE(x[1]->match());
   REQUIRE_FALSE(x[1]->transfer());  // the first piece
-  CHECK(got[0] == value(0, 0));
+  CHECK(got[0] == cmaValue(0, 0));
   // Rank 0 timed out: its caller has the buffer back and writes into it.
   x[0]->abandon();
   std::fill(owned.begin(), owned.end(), -7.0f);
@@ -324,7 +324,7 @@ TEST_CASE(
 TEST_CASE("a rank that fails because another's failed names the rank whose process closed, not the messenger") {
   CmaWorld w(3);
   const size_t n = 1024;
-  std::vector<std::vector<float>> bufs = {input(0, n), input(1, n), input(2, n)};
+  std::vector<std::vector<float>> bufs = {cmaInput(0, n), cmaInput(1, n), cmaInput(2, n)};
   CollIdentity id{};
   id.seq = 1;
   id.count = n;

@@ -13,14 +13,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::unique_ptr<Communicator>> makeWorld(int size) {
-  std::vector<std::unique_ptr<Communicator>> comms;
-  CommOptions opts;
-  opts.timeout = 20s;
-  for (auto& t : makeLoopbackWorld(size).transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
-  return comms;
-}
-
 double value(int rank, size_t i) { return double(rank * 100 + int(i % 37)); }
 
 }  // namespace

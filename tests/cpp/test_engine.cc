@@ -14,20 +14,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Communicators over `world`'s transports, which it keeps for kill().
-std::vector<std::unique_ptr<Communicator>> communicatorsOver(LoopbackWorld& world, std::chrono::milliseconds timeout) {
-  std::vector<std::unique_ptr<Communicator>> comms;
-  CommOptions opts;
-  opts.timeout = timeout;
-  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
-  return comms;
-}
-
-std::vector<std::unique_ptr<Communicator>> makeWorld(int size, std::chrono::milliseconds timeout = 20s) {
-  auto world = makeLoopbackWorld(size);
-  return communicatorsOver(world, timeout);
-}
-
 const Algorithm& algorithmNamed(Collective coll, std::string_view name) {
   for (const auto& alg : algorithms()) {
     if (alg.coll == coll && alg.name == name) return alg;

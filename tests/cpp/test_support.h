@@ -17,6 +17,7 @@
 #include "core/algorithms/registry.h"
 #include "core/common/store.h"
 #include "core/engine/communicator.h"
+#include "core/transport/loopback/loopback_transport.h"
 
 namespace ringx::test {
 
@@ -108,6 +109,23 @@ inline std::optional<Error> runOp(Communicator& comm, const std::string& name, u
   };
   comm.submit(std::move(op));
   return future.get();
+}
+
+// One communicator per rank over `world`'s transports (the world stays the
+// caller's, for kill()).
+inline std::vector<std::unique_ptr<Communicator>> communicatorsOver(LoopbackWorld& world,
+                                                                    std::chrono::milliseconds timeout) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  CommOptions opts;
+  opts.timeout = timeout;
+  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), opts));
+  return comms;
+}
+
+inline std::vector<std::unique_ptr<Communicator>> makeWorld(int size,
+                                                            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto world = makeLoopbackWorld(size);
+  return communicatorsOver(world, timeout);
 }
 
 }  // namespace ringx::test

@@ -122,8 +122,6 @@ std::string comparable(const Setting& s) {
   }
 }
 
-std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
-
 }  // namespace
 
 // name \0 value \0 ... for the ranksMustAgree settings, in table order.

@@ -17,4 +17,8 @@ class Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
 };
 
+// ringx keeps strings in the store.
+inline std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
+inline std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
 }  // namespace ringx

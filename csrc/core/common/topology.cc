@@ -18,7 +18,7 @@ std::string firstLine(const char* path) {
 }
 
 // Ranks as runs: "0-1, 4, 6-7".
-std::string rankList(const std::vector<int>& ranks) {
+std::string rankRuns(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
@@ -59,7 +59,7 @@ std::string Topology::describe() const {
     out += i ? "; host " : "host ";
     out += std::to_string(i);
     out += " = ranks ";
-    out += rankList(ranksOn(i));
+    out += rankRuns(ranksOn(i));
   }
   return out;
 }

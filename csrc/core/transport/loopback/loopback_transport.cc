@@ -14,7 +14,8 @@
 
 namespace ringx {
 
-namespace {
+// Named, not anonymous: the header declares the fabric, which holds the rest.
+namespace loopback {
 
 struct PostedRecv {
   TransferId id;
@@ -79,14 +80,12 @@ void signal(int efd) {
   [[maybe_unused]] auto n = ::write(efd, &one, sizeof(one));
 }
 
-}  // namespace
-
-class LoopbackFabric {
+class Fabric {
  public:
-  explicit LoopbackFabric(int size) : boxes(size) {
+  explicit Fabric(int size) : boxes(size) {
     for (auto& b : boxes) b.efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
-  ~LoopbackFabric() {
+  ~Fabric() {
     for (auto& b : boxes) ::close(b.efd);
   }
   std::vector<Mailbox> boxes;
@@ -94,7 +93,7 @@ class LoopbackFabric {
 
 class LoopbackTransport final : public Transport {
  public:
-  LoopbackTransport(std::shared_ptr<LoopbackFabric> fabric, int rank, int size)
+  LoopbackTransport(std::shared_ptr<Fabric> fabric, int rank, int size)
       : fabric_(std::move(fabric)), rank_(rank), size_(size) {}
 
   int rank() const override { return rank_; }
@@ -201,15 +200,18 @@ class LoopbackTransport final : public Transport {
   }
 
  private:
-  std::shared_ptr<LoopbackFabric> fabric_;
+  std::shared_ptr<Fabric> fabric_;
   int rank_;
   int size_;
   TransferId nextId_ = 1;
 };
 
+}  // namespace loopback
+
 LoopbackWorld makeLoopbackWorld(int size) {
+  using namespace loopback;
   LoopbackWorld world;
-  world.fabric = std::make_shared<LoopbackFabric>(size);
+  world.fabric = std::make_shared<Fabric>(size);
   for (int r = 0; r < size; ++r) {
     world.transports.push_back(std::make_unique<LoopbackTransport>(world.fabric, r, size));
   }
@@ -217,7 +219,8 @@ LoopbackWorld makeLoopbackWorld(int size) {
 }
 
 void LoopbackWorld::kill(int rank) const {
-  LoopbackFabric& f = *fabric;
+  using namespace loopback;
+  Fabric& f = *fabric;
   f.boxes.at(rank).dead = true;
   for (int r = 0; r < int(f.boxes.size()); ++r) {
     if (r == rank) continue;

@@ -10,11 +10,13 @@
 
 namespace ringx {
 
-class LoopbackFabric;
+namespace loopback {
+class Fabric;
+}
 
 struct LoopbackWorld {
   std::vector<std::unique_ptr<Transport>> transports;  // one per rank
-  std::shared_ptr<LoopbackFabric> fabric;
+  std::shared_ptr<loopback::Fabric> fabric;
 
   // Makes every rank see `rank` as dead: pending and later transfers with it
   // fail with ErrorKind::PeerClosed, as when a process is killed.

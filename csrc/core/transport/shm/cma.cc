@@ -39,9 +39,6 @@ void allowSiblingReaders() {
   if (f >> scope && scope == 1) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
-std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
-std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
 // One process_vm_readv (or _writev) of everything left, continued after
 // short transfers. Returns 0 or the errno of the call that failed.
 int transferAll(bool write, pid_t pid, void* local, uint64_t remote, size_t bytes) {

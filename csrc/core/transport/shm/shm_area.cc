@@ -31,9 +31,6 @@ static_assert(kBellOffset + sizeof(BellWord) <= 256);
 constexpr size_t kOpRecordsOffset = 1024;
 static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
 
-std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
-std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
 [[noreturn]] void fail(const std::string& what) {
   throw Error(ErrorKind::Internal, "ringx: shared memory: " + what + ": " + std::strerror(errno));
 }

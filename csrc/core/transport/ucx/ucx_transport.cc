@@ -61,8 +61,6 @@ struct PeerCard {
   }
 };
 
-}  // namespace
-
 class UcxTransport final : public Transport {
  public:
   UcxTransport(Store& store, int rank, int size, const UcxOptions& opts) : rank_(rank), size_(size) {
@@ -136,7 +134,10 @@ class UcxTransport final : public Transport {
     for (auto& [how, peers] : groups) {
       out += out.empty() ? "" : "; ";
       out += peers.size() == 1 ? "rank " : "ranks ";
-      for (size_t i = 0; i < peers.size(); ++i) out += (i ? "," : "") + std::to_string(peers[i]);
+      for (size_t i = 0; i < peers.size(); ++i) {
+        if (i) out += ',';
+        out += std::to_string(peers[i]);
+      }
       out += " over " + how;
     }
     return out.empty() ? "no peers" : out;
@@ -525,6 +526,8 @@ class UcxTransport final : public Transport {
   std::vector<int> newlyFailed_;  // failed since the last progress(), receives not yet cancelled
   TransferId nextId_ = 1;
 };
+
+}  // namespace
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
   auto transport = std::make_unique<UcxTransport>(store, rank, size, opts);
