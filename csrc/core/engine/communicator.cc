@@ -28,6 +28,9 @@ constexpr int kMaxCallbackThreads = 4;
 
 // What a caller's submit() may run inline: a latency-bound op.
 constexpr size_t kInlineBytes = 64 * 1024;
+// How long a failed op's cancelled receives may take to complete before the
+// caller hears of the failure anyway, when its deadline has passed.
+constexpr auto kTellFailureGrace = std::chrono::milliseconds(100);
 
 const char* stepKindName(StepKind k) {
   switch (k) {
@@ -57,6 +60,10 @@ struct Communicator::Active {
   ReduceFn reduce = nullptr;
   bool ended = false;
   bool cancelTransfers = false;  // failed with transfers in flight; settle() cancels them
+  // The failure, until it is told: a caller that hears of it may free the
+  // buffers, which a receive still in flight would then write into.
+  std::optional<Error> untold;
+  Clock::time_point tellBy;  // told then even with a receive still in flight
 };
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions options)
@@ -394,7 +401,10 @@ void Communicator::post(Active& a, StepId id) {
 
 void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
   a.inflight.erase(id);
-  if (a.ended) return;
+  if (a.ended) {
+    tellFailure(a, false);
+    return;
+  }
   const Step& st = a.op->schedule.steps()[id];
   if (!r.ok) {
     fail(a, r.errorKind, r.error);
@@ -465,6 +475,20 @@ void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std:
       poisonPending_ = err;
     }
   }
+  a.untold = std::move(err);
+  a.tellBy = std::max(a.deadline, Clock::now() + kTellFailureGrace);
+  tellFailure(a, false);
+}
+
+bool Communicator::receiving(const Active& a) {
+  return std::any_of(a.inflight.begin(), a.inflight.end(), [&](const auto& entry) {
+    return a.op->schedule.steps()[entry.first].kind == StepKind::Recv;
+  });
+}
+
+void Communicator::tellFailure(Active& a, bool evenIfReceiving) {
+  if (!a.untold || (!evenIfReceiving && receiving(a))) return;
+  const Error err = *std::exchange(a.untold, std::nullopt);
   publish(a, &err);
   if (wantsCallbacks(a)) {
     auto cb = std::move(a.op->onCallbacks);
@@ -548,10 +572,7 @@ std::string Communicator::describeAwaited(const Active& a) const {
     if (!list.empty()) list += ", ";
     list += p == kAnySource ? std::string("any rank") : std::to_string(p);
   }
-  bool receiving = std::any_of(a.inflight.begin(), a.inflight.end(), [&](const auto& entry) {
-    return a.op->schedule.steps()[entry.first].kind == StepKind::Recv;
-  });
-  if (receiving) return "waiting for data from rank(s) " + list;
+  if (receiving(a)) return "waiting for data from rank(s) " + list;
   if (!a.polling.empty()) return "waiting for rank(s) " + list + " to reach the same step in shared memory";
   return "waiting for rank(s) " + list + " to receive";
 }
@@ -596,7 +617,14 @@ bool Communicator::stillNeeds(const Active& a, int peer) const {
 void Communicator::checkDeadlines() {
   auto now = Clock::now();
   for (auto& a : active_) {
-    if (a->ended || now < a->deadline) continue;
+    if (a->ended) {
+      // A receive that its cancellation did not stop (UCX lets a matched
+      // transfer run on) holds the failure back no longer than the op's
+      // limit, or a moment after a timeout.
+      if (a->untold && now >= a->tellBy) tellFailure(*a, true);
+      continue;
+    }
+    if (now < a->deadline) continue;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
         (a->op->timeout.count() > 0 ? a->op->timeout : options_.timeout));
     fail(*a, ErrorKind::Timeout,
@@ -636,6 +664,7 @@ std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::t
   if (until) next = std::min(next, *until);
   for (auto& a : active_) {
     if (!a->ended) next = std::min(next, a->deadline);
+    if (a->untold) next = std::min(next, a->tellBy);
   }
   return std::max(std::chrono::microseconds(0),
                   std::chrono::duration_cast<std::chrono::microseconds>(next - now) + std::chrono::microseconds(1));
@@ -780,6 +809,7 @@ void Communicator::progressLoop() {
   // Destroying the transport cancels and closes everything it still holds,
   // after which no buffer of any op is referenced and the ops can go.
   transport_.reset();
+  for (auto& a : active_) tellFailure(*a, true);
   active_.clear();
   closed_ = true;
 }

@@ -25,10 +25,12 @@
 // cause.
 //
 // Failure handling cannot re-enter itself: a transfer callback, a deadline or
-// a peer check only marks an op failed (fail() publishes the error and sets a
+// a peer check only marks an op failed (fail() records the error and sets a
 // flag, nothing more); settle(), called from the top of the progress loop and
 // never from inside a transport call, then cancels the marked ops' transfers
-// by id and fails the rest of the poisoned communicator. The transport in turn
+// by id and fails the rest of the poisoned communicator. The caller hears of
+// the failure once none of the op's receives can still write into its
+// buffers (their cancellations have completed), or at the op's deadline. The transport in turn
 // runs callbacks only from progress(), never from cancel(), so no list is
 // walked while a callback can change it.
 //
@@ -141,6 +143,8 @@ class Communicator {
   void failCommunicator(const std::string& what);
   void settle();
   void publish(Active& a, const Error* err);
+  void tellFailure(Active& a, bool evenIfReceiving);
+  static bool receiving(const Active& a);
   void finish(Active& a);
   bool wantsCallbacks(Active& a);
   bool reapFinished();
