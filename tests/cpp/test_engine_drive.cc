@@ -59,14 +59,6 @@ void submitAllReduce(Communicator& comm, ShmArea* area, int r, int size, uint64_
   comm.submit(std::move(op));
 }
 
-// Drives until the op is done, as WorkRingx::wait does.
-void waitDriving(Communicator& comm, Pending& p) {
-  while (comm.drive([&] { return p.done.load(); }) == Communicator::Drive::Busy) {
-    if (p.done) return;
-    std::this_thread::sleep_for(100us);
-  }
-}
-
 // drive() answers Busy when the progress lock stays taken for 200 us, as one
 // pass of the progress thread can under a sanitizer; the caller tries again.
 Communicator::Drive driveAgainWhileBusy(Communicator& comm, const std::function<bool()>& done,
@@ -74,8 +66,14 @@ Communicator::Drive driveAgainWhileBusy(Communicator& comm, const std::function<
   for (;;) {
     const auto r = comm.drive(done, until);
     if (r != Communicator::Drive::Busy) return r;
+    if (done()) return Communicator::Drive::Done;
     std::this_thread::sleep_for(100us);
   }
+}
+
+// Drives until the op is done, as WorkRingx::wait does.
+void waitDriving(Communicator& comm, Pending& p) {
+  driveAgainWhileBusy(comm, [&] { return p.done.load(); });
 }
 
 float sumOf(int size, int base) {
