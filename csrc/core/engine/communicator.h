@@ -30,9 +30,10 @@
 // never from inside a transport call, then cancels the marked ops' transfers
 // by id and fails the rest of the poisoned communicator. The caller hears of
 // the failure once none of the op's receives can still write into its
-// buffers (their cancellations have completed), or at the op's deadline. The transport in turn
-// runs callbacks only from progress(), never from cancel(), so no list is
-// walked while a callback can change it.
+// buffers (their cancellations have completed), at the latest at the op's
+// deadline (100 ms after it, for a timeout). The transport in turn runs
+// callbacks only from progress(), never from cancel(), so no list is walked
+// while a callback can change it.
 //
 // No exception leaves the progress thread: a step, a poll predicate or a
 // transport call that throws fails its op (or, outside any op, the whole
