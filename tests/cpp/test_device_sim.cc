@@ -4,6 +4,7 @@
 // enqueued item late, so a missing wait shows as a wrong number.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -393,4 +394,32 @@ TEST_CASE("host-staged in pieces: an all_reduce or broadcast cut into pieces giv
       RANK_REQUIRE(got == want);
     });
   }
+}
+
+TEST_CASE("a failed op is reported only once its device work has stopped writing into its buffers") {
+  // The op's device copy runs up to 50 ms late; a step of the same op fails at
+  // once. A caller told of the failure may free or reuse the buffers, so the
+  // copy must have landed when onDone runs.
+  SimWorld w(1, 50000);
+  SimRank& me = *w.ranks[0];
+  const size_t n = 1 << 16;
+  auto src = me.device.allocDevice(n);
+  auto dst = me.device.allocDevice(n);
+  std::memset(src.get(), 7, n);
+  std::memset(dst.get(), 0, n);
+  Schedule s(DType::U8, ReduceOp::Sum, DeviceQueue{&me.device, me.comm.get()});
+  s.setAlgorithm("test");
+  for (size_t off = 0; off < n; off += n / 8) s.copy(dst.get() + off, src.get() + off, n / 8);
+  s.poll([]() -> bool { throw Error(ErrorKind::InvalidArgument, "injected failure"); }, nullptr);
+  auto copiedWhenTold = std::make_shared<std::promise<bool>>();
+  auto op = std::make_unique<Op>("all_reduce", 1, std::move(s));
+  const std::byte* out = dst.get();
+  op->onDone = [copiedWhenTold, out, n](const Error* e) {
+    const bool copied = std::all_of(out, out + n, [](std::byte b) { return b == std::byte{7}; });
+    copiedWhenTold->set_value(e != nullptr && copied);
+  };
+  w.comms[0]->submit(std::move(op));
+  auto told = copiedWhenTold->get_future();
+  REQUIRE(told.wait_for(5s) == std::future_status::ready);
+  CHECK(told.get());
 }

@@ -486,8 +486,16 @@ bool Communicator::receiving(const Active& a) {
   });
 }
 
-void Communicator::tellFailure(Active& a, bool evenIfReceiving) {
-  if (!a.untold || (!evenIfReceiving && receiving(a))) return;
+bool Communicator::stillWriting(const Active& a) { return receiving(a) || !a.onDevice.empty(); }
+
+// Device work needs no peer to finish, so waiting for it cannot hang.
+void Communicator::waitForDeviceWork(Active& a) {
+  for (auto& [step, event] : a.onDevice) event->synchronize();
+  a.onDevice.clear();
+}
+
+void Communicator::tellFailure(Active& a, bool evenIfWriting) {
+  if (!a.untold || (!evenIfWriting && stillWriting(a))) return;
   const Error err = *std::exchange(a.untold, std::nullopt);
   publish(a, &err);
   if (wantsCallbacks(a)) {
@@ -539,11 +547,13 @@ void Communicator::settle() {
 
 bool Communicator::reapFinished() {
   size_t before = active_.size();
-  active_.remove_if([](const std::unique_ptr<Active>& a) {
+  active_.remove_if([this](const std::unique_ptr<Active>& a) {
     if (!a->ended || !a->inflight.empty()) return false;
     // An op that ended early may still have device work on its buffers and
-    // scratch: wait for it (failures only; a finished op has none left).
-    for (auto& [step, event] : a->onDevice) event->synchronize();
+    // scratch: wait for it (failures only; a finished op has none left). Its
+    // failure, held back for that work, can then be told.
+    waitForDeviceWork(*a);
+    tellFailure(*a, false);
     return true;
   });
   return active_.size() != before;
@@ -621,7 +631,10 @@ void Communicator::checkDeadlines() {
       // A receive that its cancellation did not stop (UCX lets a matched
       // transfer run on) holds the failure back no longer than the op's
       // limit, or a moment after a timeout.
-      if (a->untold && now >= a->tellBy) tellFailure(*a, true);
+      if (a->untold && now >= a->tellBy) {
+        waitForDeviceWork(*a);
+        tellFailure(*a, true);
+      }
       continue;
     }
     if (now < a->deadline) continue;
@@ -809,7 +822,10 @@ void Communicator::progressLoop() {
   // Destroying the transport cancels and closes everything it still holds,
   // after which no buffer of any op is referenced and the ops can go.
   transport_.reset();
-  for (auto& a : active_) tellFailure(*a, true);
+  for (auto& a : active_) {
+    waitForDeviceWork(*a);
+    tellFailure(*a, true);
+  }
   active_.clear();
   closed_ = true;
 }

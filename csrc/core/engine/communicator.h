@@ -29,11 +29,12 @@
 // flag, nothing more); settle(), called from the top of the progress loop and
 // never from inside a transport call, then cancels the marked ops' transfers
 // by id and fails the rest of the poisoned communicator. The caller hears of
-// the failure once none of the op's receives can still write into its
-// buffers (their cancellations have completed), at the latest at the op's
-// deadline (100 ms after it, for a timeout). The transport in turn runs
-// callbacks only from progress(), never from cancel(), so no list is walked
-// while a callback can change it.
+// the failure once nothing of the op can still write into its buffers: its
+// receives' cancellations have completed and its device work has finished;
+// at the latest at the op's deadline (100 ms after it, for a timeout), since
+// a cancelled receive from a live peer may run on once matched. The
+// transport in turn runs callbacks only from progress(), never from cancel(),
+// so no list is walked while a callback can change it.
 //
 // No exception leaves the progress thread: a step, a poll predicate or a
 // transport call that throws fails its op (or, outside any op, the whole
@@ -144,8 +145,10 @@ class Communicator {
   void failCommunicator(const std::string& what);
   void settle();
   void publish(Active& a, const Error* err);
-  void tellFailure(Active& a, bool evenIfReceiving);
+  void tellFailure(Active& a, bool evenIfWriting);
   static bool receiving(const Active& a);
+  static bool stillWriting(const Active& a);
+  static void waitForDeviceWork(Active& a);
   void finish(Active& a);
   bool wantsCallbacks(Active& a);
   bool reapFinished();
