@@ -197,7 +197,7 @@ def launch_matrix(hosts, env, limit):
 def check_matrix(reports, logs, codes, hung, expected_trials):
     """Every survivor exited cleanly after every trial; in each trial it raised DistBackendError
     naming the dead rank (in the collective, or, where its part only sends and the send
-    completed, in the barrier after it) within 2x the timeout. Returns a summary per case."""
+    completed, in the barrier after it) well before the timeout. Returns a summary per case."""
     crashed = {r: c for r, c in codes.items() if c != 0}
     assert not crashed and not hung, f"processes crashed or hung: {crashed} hung={hung}\n{logs}"
     summary = {}
@@ -227,7 +227,11 @@ def check_matrix(reports, logs, codes, hung, expected_trials):
             assert not failure["ok"], f"{where}: the barrier after the victim's death returned\n{logs}"
             assert failure["type"] == "DistBackendError", f"{where}: {failure}\n{logs}"
             assert "closed" in failure["msg"] and f"rank {victim}" in failure["msg"], f"{where}: {failure}\n{logs}"
-            assert failure["seconds"] <= 2 * MATRIX_TIMEOUT_S, f"{where}: {failure}\n{logs}"
+            # Issue 10 allows 2x the timeout; a closed connection is seen long before
+            # the deadline (at most 0.76 s of the 2 s here), so an error that came
+            # near the timeout was held back after the death was known.
+            assert failure["seconds"] < 0.75 * MATRIX_TIMEOUT_S, \
+                f"{where}: the death was reported only at the group's timeout: {failure}\n{logs}"
             s["max_s"] = max(s["max_s"], failure["seconds"])
     return summary
 

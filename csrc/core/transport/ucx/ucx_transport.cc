@@ -504,10 +504,28 @@ class UcxTransport final : public Transport {
     for (TransferId id : victims) {
       auto it = pending_.find(id);
       if (it == pending_.end() || !it->second->request) continue;
-      it->second->peerClosed = true;
-      ucp_request_cancel(worker_, it->second->request);
+      Pending* p = it->second;
+      p->peerClosed = true;
+      ucp_request_cancel(worker_, p->request);
+      if (!p->completedInline) abandon(p);
     }
     return true;
+  }
+
+  // A receive that its cancellation did not stop (UCX lets a matched
+  // rendezvous run on) waits on a peer that is gone, and on nothing else: UCX
+  // has taken all it sent before it died (progress() drains the worker before
+  // cancelling), so nothing can write into the buffer any more. Its poster is
+  // told now, as if the cancellation had completed; the request stays with the
+  // worker under an id of its own, and is freed when UCX completes it or the
+  // worker goes.
+  void abandon(Pending* p) {
+    auto* told = new Pending{this, p->id, p->peer, true, nullptr, true, false, std::move(p->done)};
+    pending_[told->id] = told;
+    completeNow(told, closedResult(p->peer));
+    p->id = nextId_++;
+    p->done = nullptr;
+    pending_.emplace(p->id, p);
   }
 
   int rank_;
