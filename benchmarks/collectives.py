@@ -235,7 +235,23 @@ def machine() -> dict:
                                      capture_output=True, text=True, timeout=10).stdout.strip()
     except Exception:  # noqa: BLE001
         pass
+    info["python_loop_s"] = python_loop_seconds()
     return info
+
+
+def python_loop_seconds() -> float:
+    """The time of a 10M-iteration CPython loop (the best of 3 runs of 2M, scaled): an index of
+    the CPU's speed at the time of the run. The 2-core VM's speed varies from day to day: on
+    2026-11-26 this read 0.5-0.9 s while ringx's 8 B all_reduce at world 2 took 31-38 us,
+    with the same code as on days when it took 5 us."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        acc = 0
+        for i in range(2_000_000):
+            acc += i
+        best = min(best, time.perf_counter() - start)
+    return round(best * 5, 2)
 
 
 def cuda_unavailable(args) -> str | None:
@@ -514,6 +530,8 @@ def main():
             "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
     print(f"# {meta['machine']}")
+    print(f"# machine check: a 10M-iteration CPython loop takes {mach['python_loop_s']} s here "
+          "(compare runs only at similar values)")
     print(f"# gloo shared-memory all_reduce in this torch: {'YES' if shm['available'] else 'no'} "
           f"({shm['evidence']})")
     if "gloo" in args.backends:
