@@ -166,11 +166,11 @@ PY_TEST_WAITING := tests/python/test_faults.py tests/python/test_multihost.py \
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider
 
 py-test: sysdeps venv build
-	@mkdir -p build/logs; \
+	@mkdir -p build/logs; rest=0; waited=0; \
 	$(PY_TEST_RUN) $(PY_TEST_WAITING) > build/logs/py-test-waiting.log 2>&1 & waiting=$$!; \
 	nice -n 10 $(PY_TEST_RUN) tests/python $(addprefix --ignore=,$(PY_TEST_WAITING)) \
-	  > build/logs/py-test-rest.log 2>&1; rest=$$?; \
-	wait $$waiting; waited=$$?; \
+	  > build/logs/py-test-rest.log 2>&1 || rest=$$?; \
+	wait $$waiting || waited=$$?; \
 	for part in rest waiting; do echo "======== py-test: $$part ========"; cat build/logs/py-test-$$part.log; done; \
 	echo "py-test: the rest: $$(tail -n1 build/logs/py-test-rest.log); the suites that wait:" \
 	  "$$(tail -n1 build/logs/py-test-waiting.log)"; \
