@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 import pytest
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "multihost_rank.py")
@@ -65,9 +65,7 @@ def launch(hosts, mode, victim=-1, limit=120):
     """Starts RANKS_PER_HOST ranks in each host namespace; returns {rank: report}."""
     out = tempfile.mkdtemp(prefix="ringx-multihost-")
     master_addr = hosts[0][1]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     world = HOSTS * RANKS_PER_HOST
     procs = []
     try:
@@ -154,9 +152,7 @@ def launch_matrix(hosts, env, limit):
     procs = []
     try:
         for config in configs:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            port = free_port()
             sub = os.path.join(out, config)
             os.mkdir(sub)
             for h, (ns, _addr) in enumerate(hosts):
@@ -176,16 +172,17 @@ def launch_matrix(hosts, env, limit):
             os.killpg(p.pid, 9)
         reports, logs, codes = {}, "", {}
         for config in configs:
+            sub = os.path.join(out, config)
             for role in ["s0", "s1", "s2", "factory"]:
-                sub = os.path.join(out, config)
                 path = os.path.join(sub, f"{role}.json")
                 if os.path.exists(path):
                     with open(path) as f:
                         reports.setdefault(role, []).extend(json.load(f))
                 rc = os.path.join(sub, f"{role}.rc")
-                codes[f"{config}/{role}"] = int(open(rc).read()) if os.path.exists(rc) else None
+                key = f"{config}/{role}"
+                codes[key] = int(open(rc).read()) if os.path.exists(rc) else None
                 with open(os.path.join(sub, f"{role}.log"), errors="replace") as f:
-                    logs += f"--- {config}/{role} (exit {codes[f'{config}/{role}']})\n{f.read()[-3000:]}\n"
+                    logs += f"--- {key} (exit {codes[key]})\n{f.read()[-3000:]}\n"
         return reports, logs, codes, bool(hung)
     finally:
         for p in procs:

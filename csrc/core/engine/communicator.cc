@@ -494,8 +494,15 @@ void Communicator::waitForDeviceWork(Active& a) {
   a.onDevice.clear();
 }
 
+// Forced (evenIfWriting), it still waits for the op's device work, which
+// ends by itself; only a receive may be left running.
 void Communicator::tellFailure(Active& a, bool evenIfWriting) {
-  if (!a.untold || (!evenIfWriting && stillWriting(a))) return;
+  if (!a.untold) return;
+  if (evenIfWriting) {
+    waitForDeviceWork(a);
+  } else if (stillWriting(a)) {
+    return;
+  }
   const Error err = *std::exchange(a.untold, std::nullopt);
   publish(a, &err);
   if (wantsCallbacks(a)) {
@@ -631,10 +638,7 @@ void Communicator::checkDeadlines() {
       // A receive that its cancellation did not stop (UCX lets a matched
       // transfer run on) holds the failure back no longer than the op's
       // limit, or a moment after a timeout.
-      if (a->untold && now >= a->tellBy) {
-        waitForDeviceWork(*a);
-        tellFailure(*a, true);
-      }
+      if (a->untold && now >= a->tellBy) tellFailure(*a, true);
       continue;
     }
     if (now < a->deadline) continue;
@@ -822,10 +826,7 @@ void Communicator::progressLoop() {
   // Destroying the transport cancels and closes everything it still holds,
   // after which no buffer of any op is referenced and the ops can go.
   transport_.reset();
-  for (auto& a : active_) {
-    waitForDeviceWork(*a);
-    tellFailure(*a, true);
-  }
+  for (auto& a : active_) tellFailure(*a, true);
   active_.clear();
   closed_ = true;
 }
