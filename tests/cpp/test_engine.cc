@@ -196,6 +196,34 @@ TEST_CASE("a peer that finished its part and left does not fail a call the other
   });
 }
 
+TEST_CASE("a call still receives what a peer sent before it left") {
+  auto world = makeLoopbackWorld(2);
+  auto comms = communicatorsOver(world, 5s);
+  // Rank 1 sends its whole part and is gone before rank 0 starts a call that
+  // receives it in a chain, each receive posted once the one before is done:
+  // the messages are there, so the call completes.
+  const int n = 32;
+  std::vector<float> sent(n), got(n, 0.0f);
+  std::iota(sent.begin(), sent.end(), 1.0f);
+  Schedule out(DType::F32, ReduceOp::Sum);
+  for (int i = 0; i < n; ++i) out.send(0, uint64_t(i), &sent[i], sizeof(float));
+  auto sendErr = runOp(*comms[1], "gather", 1, std::move(out));
+  REQUIRE_FALSE(sendErr);
+  world.kill(1);
+  Schedule in(DType::F32, ReduceOp::Sum);
+  StepId prev = kNoStep;
+  for (int i = 0; i < n; ++i) prev = in.recv(1, uint64_t(i), &got[i], sizeof(float), {prev});
+  auto err = runOp(*comms[0], "gather", 1, std::move(in));
+  REQUIRE_FALSE(err);
+  CHECK(got == sent);
+  // What the peer never sent fails at once, naming it.
+  Schedule more(DType::F32, ReduceOp::Sum);
+  more.recv(1, 99, &got[0], sizeof(float));
+  auto err2 = runOp(*comms[0], "gather", 2, std::move(more));
+  REQUIRE(err2);
+  CHECK(std::string(err2->what()).find("connection to rank 1 closed") != std::string::npos);
+}
+
 TEST_CASE("ranks passing different element counts get a size error, not an overrun") {
   const int size = 2;
   auto comms = makeWorld(size, 2s);

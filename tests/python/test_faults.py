@@ -227,6 +227,25 @@ def test_dead_peer(mode, when, op, count, ws, victim, direct, independent):
     assert closed_seen, f"no survivor reported the connection to rank {victim} closed\n{out.report()}"
 
 
+def test_what_a_peer_sent_before_it_exited_is_still_received():
+    """fault_scripts/finished_peer.py: rank 1 sends two small tensors to rank 0 and exits
+    before rank 0 receives them, while rank 0's engine, with another receive pending,
+    watches its peers and records the death first. The messages arrived before the
+    death: rank 0's receives get them (ringx used to fail them with "connection to rank
+    1 closed", and a collective that a fast peer had finished and left could fail the
+    same way)."""
+    out = launch("finished_peer.py", 3, 2 * FAULT_TIMEOUT)
+    assert out[1].event("sent") and out[1].returncode == 0, out.report()
+    res = out[0]
+    assert_clean_exit(res, out)
+    assert res.event("peer_gone"), out.report()
+    assert_ok(res.result("recv_small"), out)
+    assert_ok(res.result("recv_large"), out)
+    got = res.event("received")
+    assert got["small"] == [7.0] * 4 and got["large_ok"], out.report()
+    assert_clean_exit(out[2], out)
+
+
 def test_stopped_peer_makes_survivors_time_out():
     """SIGSTOP: the process is alive but silent; survivors raise "Timed out" naming a rank."""
     ws, victim = 3, 1

@@ -616,17 +616,36 @@ void Communicator::failOnDeadPeer() {
   }
 }
 
-// Shared-memory steps count as needing every peer: which ranks a poll will
-// wait on is known only once it runs, and a local peer's death is seen by
-// its pid, when it has exited, not when it left the group.
+// A peer's death that has just been recorded (by the pid watch, between two
+// progress() calls) is judged only after one more progress(): what the peer sent before it died (a receive's data,
+// a send's acknowledgement) is delivered first, so an op whose last messages
+// from it have arrived is not failed for their being unread.
+bool Communicator::takeWhatNewlyDeadPeersSent() {
+  const auto dead = transport_->failedPeers();
+  if (std::all_of(dead.begin(), dead.end(), [this](int p) { return deadSince_.count(p) > 0; })) return false;
+  try {
+    transport_->progress();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the transport's progress failed: ") + e.what());
+  }
+  settle();
+  return true;
+}
+
+// Receives that name the dead peer do not count: the transport ends each
+// one itself, with the message the peer sent before it died if there is one,
+// else with the peer's failure. Shared-memory steps count as needing every
+// peer: which ranks a poll will wait on is known only once it runs, and a
+// local peer's death is seen by its pid, when it has exited, not when it
+// left the group.
 bool Communicator::stillNeeds(const Active& a, int peer) const {
   const auto& steps = a.op->schedule.steps();
   for (size_t i = 0; i < steps.size(); ++i) {
     if (a.done[i]) continue;
     const Step& st = steps[i];
     if (st.kind == StepKind::Poll) return true;
-    if ((st.kind == StepKind::Send || st.kind == StepKind::Recv) && (st.peer == peer || st.peer == kAnySource))
-      return true;
+    if (st.kind == StepKind::Send && st.peer == peer) return true;
+    if (st.kind == StepKind::Recv && st.peer == kAnySource) return true;
   }
   return false;
 }
@@ -777,6 +796,12 @@ bool Communicator::pass() {
         transport_->checkPeers();
       } catch (const std::exception& e) {
         failCommunicator(std::string("checking peers failed: ") + e.what());
+      }
+      if (takeWhatNewlyDeadPeersSent()) {
+        for (auto& a : active_) {
+          did |= runPolls(*a);
+          did |= runReady(*a);
+        }
       }
       failOnDeadPeer();
       nextPeerCheck_ = Clock::now() + std::chrono::milliseconds(100);

@@ -135,6 +135,7 @@ class Communicator {
   bool runPolls(Active& a);
   void enqueueOnDevice(Active& a, StepId id);
   bool poll(Active& a, StepId id);
+  bool takeWhatNewlyDeadPeersSent();
   void failOnDeadPeer();
   bool stillNeeds(const Active& a, int peer) const;
   void post(Active& a, StepId id);

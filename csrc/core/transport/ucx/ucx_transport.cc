@@ -241,9 +241,13 @@ class UcxTransport final : public Transport {
   TransferId irecv(int peer, uint64_t tag, void* buf, size_t bytes, MemoryKind mem,
                    TransferCallback done) override {
     auto* p = newPending(peer, std::move(done), true);
-    if (peer != kAnySource && failed_[peer]) {
-      completeNow(p, closedResult(peer));
-      return p->id;
+    // A peer that finished its part and exited may have sent this message
+    // before it died: the receive is posted all the same, to take it from
+    // UCX's unexpected queue, and the next progress() ends it as any other
+    // receive from that peer if nothing was there.
+    if (peer != kAnySource && failed_[peer] &&
+        std::find(newlyFailed_.begin(), newlyFailed_.end(), peer) == newlyFailed_.end()) {
+      newlyFailed_.push_back(peer);
     }
     ucp_request_param_t param = baseParam(p, mem);
     param.cb.recv = &UcxTransport::onRecv;
@@ -282,7 +286,7 @@ class UcxTransport final : public Transport {
   int eventFd() const override { return efd_; }
 
   bool arm() override {
-    if (!deferred_.empty()) return false;
+    if (!deferred_.empty() || !newlyFailed_.empty()) return false;
     ucs_status_t st = ucp_worker_arm(worker_);
     return st == UCS_OK;
   }
@@ -497,7 +501,8 @@ class UcxTransport final : public Transport {
     std::vector<int> peers = std::exchange(newlyFailed_, {});
     std::vector<TransferId> victims;
     for (auto& [id, p] : pending_) {
-      if (p->isRecv && p->request && std::find(peers.begin(), peers.end(), p->peer) != peers.end()) {
+      const bool waitsOnThem = std::find(peers.begin(), peers.end(), p->peer) != peers.end();
+      if (p->isRecv && p->request && !p->peerClosed && waitsOnThem) {
         victims.push_back(id);
       }
     }
@@ -541,7 +546,8 @@ class UcxTransport final : public Transport {
   std::vector<PeerArg> peerArgs_;
   std::unordered_map<TransferId, Pending*> pending_;
   std::deque<std::pair<Pending*, TransferResult>> deferred_;
-  std::vector<int> newlyFailed_;  // failed since the last progress(), receives not yet cancelled
+  // Failed, or received from, since the last progress(): its receives are still to be cancelled.
+  std::vector<int> newlyFailed_;
   TransferId nextId_ = 1;
 };
 
