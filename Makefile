@@ -163,7 +163,7 @@ cpp-test: sysdeps venv build
 # their bounds (2026-11-26). Each run's output is in build/logs/py-test-*.log.
 PY_TEST_WAITING := tests/python/test_faults.py tests/python/test_multihost.py \
 	tests/python/test_testbed.py tests/python/test_testbed_faults.py
-PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider
+PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 py-test: sysdeps venv build
 	@mkdir -p build/logs; rest=0; waited=0; \
@@ -324,25 +324,25 @@ later-venvs: $(WHEEL_VENV_STAMP) $(TORCH2_VENV_STAMP) $(SYSUCX_VENV_STAMP) sysuc
 
 # Runs every suite even when one fails, then says which passed and how long
 # each took (CI's budget for all of it is 30 min); fails if any did.
-# The later stages' installs run in the background from the start, at the
-# lowest CPU and I/O priority, beside .venv's own (pip unpacks on one core):
-# a fresh run on the 2-core VM spent about 160 s in them with the other core
-# idle (2026-11-27). They are waited for before the first stage that needs them;
-# one that failed is retried by its stage, whose log then shows why. The
-# builds stay in the foreground: building the later stages' trees beside
-# py-test at idle priority (chrt --idle) took about 280 s off a fresh run's
-# total, but py-test took 1302 s instead of 980, and its fault tests time
-# themselves.
+# The later stages' installs run in the background beside set-up and the
+# build: pip unpacks on one core, and a fresh run on the 2-core VM spent
+# about 160 s in them with the other core idle (2026-11-27). They are done
+# before the first test: left to run on beside py-test at nice 19, they made
+# it about 60 s slower. One that failed is retried by its own stage, whose
+# log then shows why. The builds stay in the foreground: building the later
+# stages' trees beside py-test at idle priority (chrt --idle) took about
+# 280 s off a fresh run's total, but py-test took 1302 s instead of 980, and
+# its fault tests time themselves.
 MAKE_TEST_START := $(shell date +%s)
 test: sysdeps
 	@mkdir -p build/logs; rc=0; \
 	( start=$$(date +%s); s=ok; \
-	  nice -n 19 ionice -c 3 $(MAKE) --no-print-directory later-venvs || s=FAILED; \
+	  $(MAKE) --no-print-directory later-venvs || s=FAILED; \
 	  echo "later-venvs: $$s in $$(( $$(date +%s) - start )) s" ) > build/logs/later-venvs.log 2>&1 & later=$$!; \
 	$(MAKE) --no-print-directory venv build || { wait $$later || true; exit 1; }; \
+	wait $$later || true; \
 	results=("set-up+build|ok|$$(( $$(date +%s) - $(MAKE_TEST_START) ))"); \
 	for t in cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test-sanitize; do \
-	  if [ $$t = wheel-test ]; then wait $$later || true; fi; \
 	  echo "======== $$t ========"; start=$$(date +%s); \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
 	  results+=("$$t|$$s|$$(( $$(date +%s) - start ))"); \
