@@ -192,6 +192,19 @@ bool CmaExchange::finish() {
 
 void CmaExchange::abandon() {
   if (!publishedOwn_ || finished_) return;
+  // The engine ended the op for a reason of its own, most often a peer's
+  // death that its pid watch saw first: a rank still reading this one's
+  // buffer then names the dead rank, not this one.
+  if (!cause_.closed) {
+    for (int p : peers_) {
+      if (p != rank() && (dead_[size_t(p)] || !cma_->alive(p))) {
+        cause_ = {p, 1};
+        break;
+      }
+    }
+  }
+  std::memcpy(shm_->opRecord(rank(), which_) + sizeof(CmaRecord), &cause_, sizeof(cause_));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   shm_->header(rank(), which_).flags |= kFailedAfterPublishing | kWithdrawn;
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
