@@ -146,11 +146,7 @@ bool CmaExchange::transfer() {
   }
   // Peers that copy into this rank's buffer, or whose result this rank's
   // share completes, must not take it for whole.
-  if (failure_) {
-    std::memcpy(shm_->opRecord(rank(), which_) + sizeof(CmaRecord), &cause_, sizeof(cause_));
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    shm_->header(rank(), which_).flags |= kFailedAfterPublishing;
-  }
+  if (failure_) publishFailure(kFailedAfterPublishing);
   shm_->counter(rank()).store(2 * id_, std::memory_order_release);
   shm_->ring();
   nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
@@ -203,10 +199,15 @@ void CmaExchange::abandon() {
       }
     }
   }
+  publishFailure(kFailedAfterPublishing | kWithdrawn);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+// The cause goes out before the flags: a peer that sees them reads it.
+void CmaExchange::publishFailure(uint8_t flags) {
   std::memcpy(shm_->opRecord(rank(), which_) + sizeof(CmaRecord), &cause_, sizeof(cause_));
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  shm_->header(rank(), which_).flags |= kFailedAfterPublishing | kWithdrawn;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  shm_->header(rank(), which_).flags |= flags;
 }
 
 // A peer that failed but still waits for its peers keeps its buffer: only a

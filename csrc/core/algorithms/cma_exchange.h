@@ -138,6 +138,8 @@ class CmaExchange {
   // any (so a chain of failures names the root), else the peer itself.
   CmaCause causeOf(int peer) const;
   Error peerFailed(int peer) const;
+  // Writes this rank's cause where peers read it, then sets `flags` in its header.
+  void publishFailure(uint8_t flags);
 
   ShmArea* shm_;
   const Cma* cma_;

@@ -617,19 +617,13 @@ void Communicator::failOnDeadPeer() {
 }
 
 // A peer's death that has just been recorded (by the pid watch, between two
-// progress() calls) is judged only after one more progress(): what the peer sent before it died (a receive's data,
-// a send's acknowledgement) is delivered first, so an op whose last messages
-// from it have arrived is not failed for their being unread.
-bool Communicator::takeWhatNewlyDeadPeersSent() {
+// progress() calls) is judged only after one more advance(): what the peer
+// sent before it died (a receive's data, a send's acknowledgement) is
+// delivered first, so an op whose last messages from it have arrived is not
+// failed for their being unread.
+bool Communicator::aPeerDiedUnseen() const {
   const auto dead = transport_->failedPeers();
-  if (std::all_of(dead.begin(), dead.end(), [this](int p) { return deadSince_.count(p) > 0; })) return false;
-  try {
-    transport_->progress();
-  } catch (const std::exception& e) {
-    failCommunicator(std::string("the transport's progress failed: ") + e.what());
-  }
-  settle();
-  return true;
+  return std::any_of(dead.begin(), dead.end(), [this](int p) { return deadSince_.count(p) == 0; });
 }
 
 // Receives that name the dead peer do not count: the transport ends each
@@ -771,6 +765,22 @@ void Communicator::pinThisThread() const {
   }
 }
 
+// The transport's completions, then every op's polls and ready steps.
+bool Communicator::advance() {
+  bool did = false;
+  try {
+    did = transport_->progress();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the transport's progress failed: ") + e.what());
+  }
+  settle();
+  for (auto& a : active_) {
+    did |= runPolls(*a);
+    did |= runReady(*a);
+  }
+  return did;
+}
+
 // One pass over everything pending, with progressMu_ held. Each phase that
 // can fail an op is followed by settle(), and ops are reaped only after it,
 // so a failed op's transfers are cancelled before anything forgets them.
@@ -780,16 +790,7 @@ bool Communicator::pass() {
   bool did = false;
   try {
     did = startSubmitted();
-    try {
-      did |= transport_->progress();
-    } catch (const std::exception& e) {
-      failCommunicator(std::string("the transport's progress failed: ") + e.what());
-    }
-    settle();
-    for (auto& a : active_) {
-      did |= runPolls(*a);
-      did |= runReady(*a);
-    }
+    did |= advance();
     checkDeadlines();
     if (!active_.empty() && Clock::now() >= nextPeerCheck_) {
       try {
@@ -797,12 +798,7 @@ bool Communicator::pass() {
       } catch (const std::exception& e) {
         failCommunicator(std::string("checking peers failed: ") + e.what());
       }
-      if (takeWhatNewlyDeadPeersSent()) {
-        for (auto& a : active_) {
-          did |= runPolls(*a);
-          did |= runReady(*a);
-        }
-      }
+      if (aPeerDiedUnseen()) did |= advance();
       failOnDeadPeer();
       nextPeerCheck_ = Clock::now() + std::chrono::milliseconds(100);
     }

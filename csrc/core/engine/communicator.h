@@ -135,7 +135,8 @@ class Communicator {
   bool runPolls(Active& a);
   void enqueueOnDevice(Active& a, StepId id);
   bool poll(Active& a, StepId id);
-  bool takeWhatNewlyDeadPeersSent();
+  bool advance();
+  bool aPeerDiedUnseen() const;
   void failOnDeadPeer();
   bool stillNeeds(const Active& a, int peer) const;
   void post(Active& a, StepId id);
