@@ -49,8 +49,12 @@ def split(r: int, k: int, seg: int) -> int:
 class Case:
     """Buffers, fill and check for one (collective, size) on this rank."""
 
-    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0, device="cpu"):
+    def __init__(self, coll, count, dtype, n, rank, nbuf, root=0, device="cpu", separate=False):
         self.coll, self.n, self.rank, self.dtype, self.device = coll, n, rank, dtype, device
+        # --rows separate: all_gather's outputs and gather's and scatter's rows are n
+        # tensors of their own (the list form most code passes), not views of one tensor;
+        # fill() and check() copy them to and from the tensor, untimed.
+        self.separate = separate and coll in ("all_gather_into_tensor", "gather", "scatter")
         self.root_arg = root  # rooted collectives' root; -1: t % n, rotating
         seg = count // n if coll in SEGMENTED else count
         self.seg = seg
@@ -74,7 +78,9 @@ class Case:
         self.in_count, self.out_count = in_count, out_count
         self.ins = [torch.zeros(in_count, dtype=dtype, device=device) for _ in range(nbuf)]
         self.outs = [torch.zeros(out_count, dtype=dtype, device=device) for _ in range(nbuf)] if out_count else None
-        if coll == "gather":
+        if self.separate:
+            self.rows = [[torch.zeros(seg, dtype=dtype, device=device) for _ in range(n)] for _ in range(nbuf)]
+        elif coll == "gather":
             self.rows = [list(o.view(n, seg).unbind(0)) for o in self.outs]
         elif coll == "scatter":
             self.rows = [list(i.view(n, seg).unbind(0)) for i in self.ins]
@@ -119,6 +125,9 @@ class Case:
             else:  # all_to_all; scatter, where only the root's rows are sent
                 add = [self.g(r, k, t) for k in range(n)]
             rows.add_(torch.tensor(add, dtype=self.dtype, device=self.device).view(n, 1))
+            if self.separate:
+                for row, src in zip(self.rows[i], rows.unbind(0)):
+                    row.copy_(src)
 
     def expected_consts(self, t):
         n, r = self.n, self.rank
@@ -142,6 +151,8 @@ class Case:
         if self.coll == "gather" and self.rank != self.root(t):
             return 0  # only the root receives
         out = self.result(i)
+        if self.separate and self.coll != "scatter":
+            torch.stack(self.rows[i], out=out.view(self.n, -1))
         k = torch.tensor(self.expected_consts(t), dtype=self.dtype, device=self.device)
         if self.coll == "all_to_allv":
             out.sub_(k.repeat_interleave(self.out_rep))
@@ -161,7 +172,10 @@ class Case:
         elif c == "broadcast":
             dist.broadcast(inp, group=group, group_src=self.root(t))
         elif c == "all_gather_into_tensor":
-            _ALL_GATHER(self.outs[i], inp, group=group)
+            if self.separate:
+                dist.all_gather(self.rows[i], inp, group=group)
+            else:
+                _ALL_GATHER(self.outs[i], inp, group=group)
         elif c == "reduce_scatter_tensor":
             _REDUCE_SCATTER(self.outs[i], inp, group=group)
         elif c == "all_to_all_single":

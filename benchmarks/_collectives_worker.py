@@ -464,7 +464,8 @@ def main(args):
             free = _mem_available() if device.type == "cpu" else torch.cuda.mem_get_info(device)[0]
             if need * n < 0.6 * free:
                 try:
-                    case = Case(coll, count, dtype, n, rank, nbuf, args.root, device)
+                    case = Case(coll, count, dtype, n, rank, nbuf, args.root, device,
+                                separate=args.rows == "separate" and not args._mpi)
                 except RuntimeError:  # allocation failed: skip this size for everyone
                     pass
             if not _agree_ok(case is not None):

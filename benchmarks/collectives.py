@@ -105,6 +105,10 @@ def parse_args(argv=None):
     p.add_argument("--pin", default="none", choices=["none", "cores"],
                    help="none: ranks float over the CPUs, as torchrun starts them (default); cores: rank r "
                         "and every thread it starts on the r-th allowed CPU (modulo their number)")
+    p.add_argument("--rows", default="views", choices=["views", "separate"],
+                   help="all_gather's outputs and gather's and scatter's rows: views of one tensor "
+                        "(default; all_gather as all_gather_into_tensor) or separate tensors (the list "
+                        "forms, all_gather as dist.all_gather); MPI always takes one buffer")
     p.add_argument("--budget", type=float, default=0.25,
                    help="seconds of timed iterations per (collective, size, pattern, backend), a pattern's "
                         "gap included (default 0.25)")
@@ -525,7 +529,7 @@ def main():
             "colls": args.colls, "sizes": args.sizes, "gloo_shm": shm, "gloo_modes": modes,
             "gloo_labels": gloo_labels, "mpi_labels": mpi_labels, "patterns": args.patterns,
             "gap_us": args.gap_us, "inter_backend": args.inter_backend, "repeats": args.repeats,
-            "argv": sys.argv[1:], "pin": args.pin,
+            "argv": sys.argv[1:], "pin": args.pin, "rows": args.rows,
             "mpi_bind": args.mpi_bind,
             "mpiexec": {lb: mpiexec_argv(lb, "N", args) for lb in mpi_labels},
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("RINGX_", "UCX_"))}}
@@ -546,6 +550,9 @@ def main():
               + " " + " ".join(meta["mpiexec"][lb][1:]))
     if args.pin == "cores":
         print("# ranks pinned: rank r and its threads on the r-th allowed CPU (--pin cores)")
+    if args.rows == "separate":
+        print("# --rows separate: all_gather into a list of separate tensors (dist.all_gather), gather "
+              "and scatter with separate row tensors; MPI takes one buffer")
     if meta["env"]:
         print("# environment: " + " ".join(f"{k}={v}" for k, v in meta["env"].items()))
     print("# time = median (p50) over iterations of the slowest rank's time; p90 of the same; "

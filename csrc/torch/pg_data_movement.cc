@@ -1,5 +1,6 @@
 // broadcast, all_gather, gather, scatter and all_to_all in their tensor,
 // list and coalesced forms.
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
@@ -61,7 +62,66 @@ std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const 
   return at::from_blob(first.data_ptr(), {int64_t(ts.size()) * numel}, first.options());
 }
 
+// The addresses of `ts` when each is a contiguous CPU tensor of `bytes`
+// bytes (> 0) and none overlaps another or `other`: a single-copy algorithm
+// may then copy each block straight from or into its tensor.
+std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& ts, size_t bytes,
+                                                 const at::Tensor& other) {
+  if (bytes == 0) return std::nullopt;
+  std::vector<void*> blocks;
+  std::vector<std::pair<const std::byte*, const std::byte*>> spans;
+  for (const at::Tensor& t : ts) {
+    const at::Tensor p = asParts(t);
+    if (!p.device().is_cpu() || !p.is_contiguous() || size_t(p.numel()) * p.element_size() != bytes)
+      return std::nullopt;
+    auto* b = static_cast<std::byte*>(p.data_ptr());
+    blocks.push_back(b);
+    spans.emplace_back(b, b + bytes);
+  }
+  const at::Tensor o = asParts(other);
+  if (!o.device().is_cpu()) return std::nullopt;
+  if (const size_t obytes = size_t(o.numel()) * o.element_size()) {
+    auto* ob = static_cast<const std::byte*>(o.data_ptr());
+    spans.emplace_back(ob, ob + obytes);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) return std::nullopt;
+  }
+  return blocks;
+}
+
 }  // namespace
+
+bool ProcessGroupRingx::takeBlocksInPlace(CollArgs& args, const std::vector<at::Tensor>& ts,
+                                          const at::Tensor& other) const {
+  if (!args.cma) return false;  // only the single-copy algorithms take separate blocks
+  auto blocks = separateBlocks(ts, args.bytes(), other);
+  if (!blocks) return false;
+  try {
+    if (!takesSeparateBlocks(selectAlgorithm(args, algo_))) return false;
+  } catch (const Error&) {
+    return false;  // submit() reports the bad override
+  }
+  args.blocks = std::move(*blocks);
+  return true;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::submitIntoList(Call& call, CollArgs& a,
+                                                                 const std::vector<at::Tensor>& targets,
+                                                                 const at::Tensor& src,
+                                                                 std::vector<at::Tensor> keep) {
+  if (auto direct = adjacentFlat(targets, src)) {
+    a.buf = direct->data_ptr();
+    return submit(call, a, std::move(keep), targets, nullptr);
+  }
+  if (takeBlocksInPlace(a, targets, src)) return submit(call, a, std::move(keep), targets, nullptr);
+  at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
+  a.buf = flat.data_ptr();
+  keep.push_back(flat);
+  return submit(call, a, std::move(keep), targets,
+                [outs = targets, flat]() mutable { unflatten(flat, outs); });
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::broadcast(std::vector<at::Tensor>& tensors,
                                                             const c10d::BroadcastOptions& opts) {
@@ -92,16 +152,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allgather(std::vector<std::vec
   checkListLength(call.ctx, outs.size(), "output");
   for (size_t i = 0; i < outs.size(); ++i) checkSameType(call.ctx, in, "the input", outs[i], "output tensor " + std::to_string(i));
   at::Tensor src = asParts(in).contiguous();
-  at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
   CollArgs a = argsFor(call, Collective::AllGather);
   a.dtype = toDType(call.ctx, src.scalar_type());
-  a.buf = flat.data_ptr();
   a.input = src.data_ptr();
   a.count = size_t(src.numel());
-  std::vector<at::Tensor> targets = outs;
   std::vector<at::Tensor> keep = outs;
-  keep.insert(keep.end(), {in, src, flat});
-  return submit(call, a, keep, outs, [targets, flat]() mutable { unflatten(flat, targets); });
+  keep.insert(keep.end(), {in, src});
+  return submitIntoList(call, a, outs, src, std::move(keep));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -218,23 +275,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::gather(std::vector<std::vector
   checkOnThisRankOnly(call, Collective::Gather, int(opts.rootRank),
                       [&] { checkRootList(call.ctx, opts.rootRank, outputs, "output", in, "the input"); });
   at::Tensor src = asParts(in).contiguous();
-  const auto direct = isRoot ? adjacentFlat(outputs[0], src) : std::nullopt;
-  at::Tensor flat = direct ? *direct
-                    : isRoot ? at::empty({int64_t(size_) * src.numel()}, src.options())
-                             : at::Tensor();
   CollArgs a = argsFor(call, Collective::Gather);
   a.dtype = toDType(call.ctx, src.scalar_type());
   a.input = src.data_ptr();
-  a.buf = isRoot ? flat.data_ptr() : nullptr;
   a.count = size_t(src.numel());
   a.root = int(opts.rootRank);
   std::vector<at::Tensor> targets = isRoot ? outputs[0] : std::vector<at::Tensor>{};
   std::vector<at::Tensor> keep = targets;
   keep.insert(keep.end(), {in, src});
-  if (isRoot) keep.push_back(flat);
-  std::function<void()> publish;
-  if (isRoot && !direct) publish = [targets, flat]() mutable { unflatten(flat, targets); };
-  return submit(call, a, keep, targets, std::move(publish));
+  if (!isRoot) return submit(call, a, keep, targets, nullptr);
+  return submitIntoList(call, a, targets, src, std::move(keep));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor>& outputs,
@@ -248,21 +298,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
   checkOnThisRankOnly(call, Collective::Scatter, int(opts.rootRank),
                       [&] { checkRootList(call.ctx, opts.rootRank, inputs, "input", out, "the output"); });
   Staged st = stage(asParts(out));
-  if (isRoot) {
-    flat = adjacentFlat(inputs[0], st.buf).value_or(at::Tensor());
-    if (!flat.defined()) flat = flatCat(inputs[0]);
-    call.recorded = inputs[0];
-  }
   CollArgs a = argsFor(call, Collective::Scatter);
   a.dtype = toDType(call.ctx, st.buf.scalar_type());
-  a.input = isRoot ? flat.data_ptr() : nullptr;
   a.buf = st.buf.data_ptr();
   a.count = size_t(st.buf.numel());
   a.root = int(opts.rootRank);
   std::vector<at::Tensor> keep{out, st.buf};
   if (isRoot) {
+    call.recorded = inputs[0];
     keep.insert(keep.end(), inputs[0].begin(), inputs[0].end());
-    keep.push_back(flat);
+    flat = adjacentFlat(inputs[0], st.buf).value_or(at::Tensor());
+    if (!flat.defined() && !takeBlocksInPlace(a, inputs[0], st.buf)) flat = flatCat(inputs[0]);
+    if (flat.defined()) {
+      a.input = flat.data_ptr();
+      keep.push_back(flat);
+    }
   }
   return submit(call, a, keep, {out}, std::move(st.publish));
 }

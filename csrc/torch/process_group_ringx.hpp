@@ -246,6 +246,17 @@ class ProcessGroupRingx : public c10d::Backend {
   c10::intrusive_ptr<WorkRingx> submitRecv(Call& call, const at::Tensor& t, int srcRank, int tag);
   void checkOnThisRankOnly(Call& call, Collective coll, int root, const std::function<void()>& check);
   CollArgs argsFor(const Call& call, Collective coll) const;
+  // Sets args.blocks to the addresses of `ts` (one block each) when they are
+  // separate CPU tensors, none overlapping another or `other`, and the
+  // algorithm chosen for `args` reads or writes them in place: then no
+  // staging buffer is packed or unpacked. Otherwise false, args unchanged.
+  bool takeBlocksInPlace(CollArgs& args, const std::vector<at::Tensor>& ts, const at::Tensor& other) const;
+  // Submits a call whose output is `targets`, one block of `args` each, the
+  // input being `src`: written straight into them when they are row views of
+  // one tensor or a single copy writes them in place, else into a buffer
+  // unpacked into them once the call is done.
+  c10::intrusive_ptr<c10d::Work> submitIntoList(Call& call, CollArgs& args, const std::vector<at::Tensor>& targets,
+                                                const at::Tensor& src, std::vector<at::Tensor> keep);
   // Throws when a reduction may not join the open coalescing block.
   void checkCoalescible(const Call& call) const;
   // Holds a call's op back for endCoalescing.

@@ -18,9 +18,10 @@ using namespace std::chrono_literals;
 namespace {
 
 struct CmaWorld {
-  explicit CmaWorld(int size) : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
+  explicit CmaWorld(int size, size_t slotBytes = 4096)
+      : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
     onEachRank(size, [&](int r) {
-      areas[r] = ShmArea::create(store, "t", r, size, 4096);
+      areas[r] = ShmArea::create(store, "t", r, size, slotBytes);
       cmas[r] = Cma::create(store, "t", r, size, CmaMode::On);
     });
     CommOptions o;
@@ -147,6 +148,61 @@ TEST_CASE(
       a.root = root;
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "scatter", seq, buildScatterCma(a)));
       expectEach(r, "scatter", mine, [&](size_t i) { return cmaValue(root, r * count + i); });
+    }
+  });
+}
+
+TEST_CASE(
+    "single-copy all_gather, gather and scatter copy separate blocks in place, the root's table "
+    "of them in its slot or, where it does not fit, in its memory") {
+  auto size = GENERATE(2, 3, 4);
+  // A 16-byte slot holds the table of two blocks, not of three or four.
+  auto slotBytes = GENERATE(size_t{4096}, size_t{16});
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{1200007});
+  CAPTURE(size, slotBytes, count);
+  CmaWorld w(size, slotBytes);
+  auto blocksOf = [](std::vector<std::vector<float>>& vs) {
+    std::vector<void*> b;
+    for (auto& v : vs) b.push_back(v.data());
+    return b;
+  };
+  onEachRank(size, [&](int r) {
+    uint64_t seq = 0;
+    for (int root = 0; root < size; ++root) {
+      const std::vector<float> in = cmaInput(r, count);
+
+      std::vector<std::vector<float>> outs(size, std::vector<float>(count, -1));
+      CollArgs a = w.args(Collective::AllGather, r, ++seq);
+      a.input = in.data();
+      a.count = count;
+      a.blocks = blocksOf(outs);
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_gather", seq, buildAllGatherCma(a)));
+      for (int q = 0; q < size; ++q)
+        expectEach(r, "all_gather block " + std::to_string(q), outs[size_t(q)],
+                   [&](size_t i) { return cmaValue(q, i); });
+
+      auto rooted = [&](Collective coll, std::vector<std::vector<float>>& blocks) {
+        CollArgs ra = w.args(coll, r, ++seq);
+        ra.count = count;
+        ra.root = root;
+        ra.blocks = blocksOf(blocks);
+        return ra;
+      };
+      std::vector<std::vector<float>> gathered(r == root ? size : 0, std::vector<float>(count, -1));
+      a = rooted(Collective::Gather, gathered);
+      a.input = in.data();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "gather", seq, buildGatherCma(a)));
+      for (int q = 0; q < int(gathered.size()); ++q)
+        expectEach(r, "gather block " + std::to_string(q), gathered[size_t(q)],
+                   [&](size_t i) { return cmaValue(q, i); });
+
+      std::vector<std::vector<float>> rows;
+      for (int q = 0; q < (r == root ? size : 0); ++q) rows.push_back(cmaInput(q + 7, count));
+      std::vector<float> mine(count, -1);
+      a = rooted(Collective::Scatter, rows);
+      a.buf = mine.data();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "scatter", seq, buildScatterCma(a)));
+      expectEach(r, "scatter", mine, [&](size_t i) { return cmaValue(r + 7, i); });
     }
   });
 }

@@ -94,3 +94,44 @@ def sizes_for_selection():
     sends = [q + 1 for q in range(n)]
     recvs = [r + 1] * n
     dist.all_to_all_single(torch.empty(sum(recvs)), torch.ones(sum(sends)), recvs, sends)
+
+
+def separate_tensor_lists(count):
+    """all_gather, gather and scatter with lists of separate tensors, from every root, in
+    float32 and complex64; then lists a single copy cannot use in place: one tensor of the
+    list not contiguous, the input one of the outputs, and (scatter) the root's output one
+    of its inputs. Returns, per case, what each rank received (the root's list for gather,
+    the output for scatter)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = {}
+
+    def value(q, dtype):
+        v = torch.arange(count, dtype=torch.float32) + 1000.0 * q
+        return torch.complex(v, -v).to(dtype) if dtype.is_complex else v.to(dtype)
+
+    for dtype in (torch.float32, torch.complex64):
+        outs = [torch.full((count,), -1, dtype=dtype) for _ in range(n)]
+        dist.all_gather(outs, value(r, dtype))
+        out[("all_gather", str(dtype))] = outs
+        for root in range(n):
+            rows = [torch.full((count,), -1, dtype=dtype) for _ in range(n)] if r == root else None
+            dist.gather(value(r, dtype), rows, dst=root)
+            got = torch.full((count,), -1, dtype=dtype)
+            dist.scatter(got, [value(q + 7, dtype) for q in range(n)] if r == root else None, src=root)
+            out[("gather", str(dtype), root)] = rows
+            out[("scatter", str(dtype), root)] = got
+
+    strided = [torch.full((count,), -1.0) for _ in range(n)]
+    strided[n - 1] = torch.full((count, 2), -1.0)[:, 0]
+    dist.all_gather(strided, value(r, torch.float32))
+    out["all_gather strided"] = strided
+    own = [torch.full((count,), -1.0) for _ in range(n)]
+    own[r].copy_(value(r, torch.float32))
+    dist.all_gather(own, own[r])
+    out["all_gather own input"] = own
+    rows = [value(q + 7, torch.float32) for q in range(n)]
+    got = rows[0] if r == 0 else torch.full((count,), -1.0)
+    expect_root = rows[0].clone()
+    dist.scatter(got, rows if r == 0 else None, src=0)
+    out["scatter into own row"] = (got, expect_root)
+    return out

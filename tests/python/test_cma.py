@@ -194,6 +194,42 @@ def test_forced_single_copy_gather_and_scatter_use_row_views_directly():
             _check_views(world.run(cases_cma.gather_scatter_views, count=count), 4, count)
 
 
+@pytest.mark.parametrize("ws", (2, 3), ids=lambda w: f"ws{w}")
+def test_forced_single_copy_copies_separate_tensors_in_place_and_packs_lists_it_cannot(ws):
+    count = 3001
+    with harness.World(ws, env={"RINGX_ALGO": "cma", "RINGX_DEBUG": "INFO"}) as world:
+        results = world.run(cases_cma.separate_tensor_lists, count=count)
+        logs = [world.log_text(r) for r in range(ws)]
+
+    def value(q, dtype):
+        v = torch.arange(count, dtype=torch.float32) + 1000.0 * q
+        return torch.complex(v, -v).to(dtype) if dtype.is_complex else v.to(dtype)
+
+    for r in range(ws):
+        got = results[r]
+        for dtype in (torch.float32, torch.complex64):
+            for q in range(ws):
+                assert torch.equal(got[("all_gather", str(dtype))][q], value(q, dtype)), (r, dtype, q)
+            for root in range(ws):
+                rows = got[("gather", str(dtype), root)]
+                if r == root:
+                    for q in range(ws):
+                        assert torch.equal(rows[q], value(q, dtype)), ("gather", r, dtype, q)
+                assert torch.equal(got[("scatter", str(dtype), root)], value(r + 7, dtype)), ("scatter", r, root)
+        for key in ("all_gather strided", "all_gather own input"):
+            for q in range(ws):
+                assert torch.equal(got[key][q], value(q, torch.float32)), (key, r, q)
+        mine, root_row = got["scatter into own row"]
+        assert torch.equal(mine, root_row if r == 0 else value(r + 7, torch.float32)), ("scatter into own row", r)
+
+    # Per rank: 2 dtypes x (1 all_gather + a gather and a scatter as root) in place.
+    in_place = [re.findall(r"ringx: (\w+) \(rank \d+, seq \d+\): algorithm cma, \d+ bytes, "
+                           rf"{ws} separate tensors in place", log) for log in logs]
+    for r in range(ws):
+        assert sorted(in_place[r]) == sorted(["all_gather"] * 2 + ["gather"] * 2 + ["scatter"] * 2), \
+            (r, in_place[r])
+
+
 def test_cost_model_takes_slots_for_small_calls_and_the_single_copy_for_large_ones():
     with harness.World(2, env={"RINGX_DEBUG": "INFO"}) as world:
         world.run(cases_cma.sizes_for_selection)

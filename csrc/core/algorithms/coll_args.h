@@ -32,6 +32,13 @@ struct CollArgs {
   void* buf = nullptr;
   const void* input = nullptr;
   size_t count = 0;
+  // all_gather's outputs (on every rank), gather's outputs and scatter's
+  // inputs (on the root) when the caller passed separate tensors: block q's
+  // address, each `bytes()` long, none overlapping another or the rank's
+  // other buffer. Only the algorithms takesSeparateBlocks() names use them;
+  // for the others the caller packs the blocks into `buf` / `input` instead.
+  // Empty: the blocks lie back to back in `buf` / `input`.
+  std::vector<void*> blocks;
   // all_to_all: bytes sent to / received from each rank, and where in
   // `input` / `buf` each rank's block starts.
   std::vector<size_t> sendBytes, sendOffsets, recvBytes, recvOffsets;

@@ -106,6 +106,10 @@ constexpr std::array kAlgorithms{
 
 std::span<const Algorithm> algorithms() { return kAlgorithms; }
 
+bool takesSeparateBlocks(const Algorithm& alg) {
+  return alg.build == &buildAllGatherCma || alg.build == &buildGatherCma || alg.build == &buildScatterCma;
+}
+
 std::string algorithmNames(Collective coll) {
   std::string out;
   for (const auto& alg : kAlgorithms) {

@@ -25,6 +25,10 @@ std::span<const Algorithm> algorithms();
 // The names registered for one collective, comma separated, for messages.
 std::string algorithmNames(Collective coll);
 
+// Whether `alg` reads or writes CollArgs::blocks in place (the single-copy
+// all_gather, gather and scatter); the others need the blocks packed.
+bool takesSeparateBlocks(const Algorithm& alg);
+
 // Builders, one per file (<coll>_<alg>.cc).
 Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
