@@ -1,8 +1,10 @@
 // Whole collectives over the in-process transport, one thread per rank.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
@@ -222,6 +224,35 @@ TEST_CASE("a call still receives what a peer sent before it left") {
   auto err2 = runOp(*comms[0], "gather", 2, std::move(more));
   REQUIRE(err2);
   CHECK(std::string(err2->what()).find("connection to rank 1 closed") != std::string::npos);
+}
+
+TEST_CASE("a shared-memory step goes on after a peer it does not wait on left, and fails at once when it does") {
+  auto world = makeLoopbackWorld(3);
+  auto comms = communicatorsOver(world, 20s);
+  world.kill(1);
+  // Rank 0's step waits on rank 2, which rank 1 served before it left (its
+  // counter already there): the step completes once rank 2 is there too.
+  std::atomic<bool> rank2There{false};
+  Schedule onSurvivor(DType::F32, ReduceOp::Sum);
+  onSurvivor.poll([&] { return rank2There.load(); },
+                  [&] { return rank2There.load() ? std::vector<int>{} : std::vector<int>{2}; });
+  std::thread arrives([&] {
+    std::this_thread::sleep_for(300ms);
+    rank2There = true;
+  });
+  auto err = runOp(*comms[0], "all_gather", 1, std::move(onSurvivor));
+  arrives.join();
+  REQUIRE_FALSE(err);
+  // A step that waits on the dead rank fails at once, naming it, not at the
+  // grace period's end (1 s here) or the timeout.
+  Schedule onDead(DType::F32, ReduceOp::Sum);
+  onDead.poll([] { return false; }, [] { return std::vector<int>{1}; });
+  const auto start = std::chrono::steady_clock::now();
+  auto err2 = runOp(*comms[0], "all_gather", 2, std::move(onDead));
+  const auto took = std::chrono::steady_clock::now() - start;
+  REQUIRE(err2);
+  CHECK(std::string(err2->what()).find("connection to rank 1 closed") != std::string::npos);
+  CHECK(took < 800ms);
 }
 
 TEST_CASE("ranks passing different element counts get a size error, not an overrun") {

@@ -628,20 +628,25 @@ bool Communicator::aPeerDiedUnseen() const {
 
 // Receives that name the dead peer do not count: the transport ends each
 // one itself, with the message the peer sent before it died if there is one,
-// else with the peer's failure. Shared-memory steps count as needing every
-// peer: which ranks a poll will wait on is known only once it runs, and a
-// local peer's death is seen by its pid, when it has exited, not when it
-// left the group.
+// else with the peer's failure. A shared-memory step counts when it is under
+// way and waits on the peer (the peer's counter has not reached it, or the
+// peer still holds the slot it needs). What the peer wrote before it exited
+// stays in the area, mapped by every rank, so a step it has already served
+// completes; steps not under way yet are judged when they start, within
+// the 100 ms between checks.
 bool Communicator::stillNeeds(const Active& a, int peer) const {
-  const auto& steps = a.op->schedule.steps();
+  const auto& schedule = a.op->schedule;
+  const auto& steps = schedule.steps();
   for (size_t i = 0; i < steps.size(); ++i) {
     if (a.done[i]) continue;
     const Step& st = steps[i];
-    if (st.kind == StepKind::Poll) return true;
     if (st.kind == StepKind::Send && st.peer == peer) return true;
     if (st.kind == StepKind::Recv && st.peer == kAnySource) return true;
   }
-  return false;
+  return std::any_of(a.polling.begin(), a.polling.end(), [&](StepId id) {
+    const std::vector<int> waited = schedule.pollWaitingOn(steps[id]);
+    return std::find(waited.begin(), waited.end(), peer) != waited.end();
+  });
 }
 
 void Communicator::checkDeadlines() {
