@@ -38,30 +38,6 @@ void checkRootList(const CallContext& c, int64_t root, const std::vector<std::ve
   }
 }
 
-// A flat view of `ts` when they already lie back to back in memory, in
-// order and contiguous (a list made by unbind or chunk of one tensor), and
-// none of them overlaps `other`: the schedule then reads or writes them
-// directly, without a staging buffer and a copy through it.
-std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const at::Tensor& other) {
-  if (ts.empty()) return std::nullopt;
-  const at::Tensor first = asParts(ts[0]);
-  const int64_t numel = first.numel();
-  const size_t bytes = size_t(numel) * first.element_size();
-  auto* base = static_cast<const std::byte*>(first.data_ptr());
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const at::Tensor t = asParts(ts[i]);
-    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.numel() != numel ||
-        static_cast<const std::byte*>(t.data_ptr()) != base + i * bytes) {
-      return std::nullopt;
-    }
-  }
-  const at::Tensor o = asParts(other);
-  auto* ob = static_cast<const std::byte*>(o.data_ptr());
-  const size_t obytes = size_t(o.numel()) * o.element_size();
-  if (bytes && obytes && ob < base + ts.size() * bytes && base < ob + obytes) return std::nullopt;
-  return at::from_blob(first.data_ptr(), {int64_t(ts.size()) * numel}, first.options());
-}
-
 // The addresses of `ts` when each is a contiguous CPU tensor of `bytes`
 // bytes (> 0) and none overlaps another or `other`: a single-copy algorithm
 // may then copy each block straight from or into its tensor.

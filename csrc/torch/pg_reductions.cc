@@ -136,8 +136,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::reduce_scatter(std::vector<at:
     asReducible(call.ctx, inputs[0][i], opts.reduceOp.op_);
   }
   ReduceOp op = toReduceOp(opts.reduceOp);
-  at::Tensor src = flatCat(inputs[0]);
   Staged st = stage(asParts(out));
+  at::Tensor src = adjacentFlat(inputs[0], st.buf).value_or(at::Tensor());
+  if (!src.defined()) src = flatCat(inputs[0]);
   CollArgs a = argsFor(call, Collective::ReduceScatter);
   a.dtype = reducibleType(call.ctx, src, op);
   a.op = op;

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace ringx {
@@ -38,6 +39,30 @@ inline at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
   flats.reserve(ts.size());
   for (const auto& t : ts) flats.push_back(asParts(t).reshape({-1}));
   return at::cat(flats);
+}
+
+// A flat view of `ts` when they already lie back to back in memory, in
+// order and contiguous (a list made by unbind or chunk of one tensor), and
+// none of them overlaps `other`: the schedule then reads or writes them
+// directly, without a staging buffer and a copy through it.
+inline std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const at::Tensor& other) {
+  if (ts.empty()) return std::nullopt;
+  const at::Tensor first = asParts(ts[0]);
+  const int64_t numel = first.numel();
+  const size_t bytes = size_t(numel) * first.element_size();
+  auto* base = static_cast<const std::byte*>(first.data_ptr());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const at::Tensor t = asParts(ts[i]);
+    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.numel() != numel ||
+        static_cast<const std::byte*>(t.data_ptr()) != base + i * bytes) {
+      return std::nullopt;
+    }
+  }
+  const at::Tensor o = asParts(other);
+  auto* ob = static_cast<const std::byte*>(o.data_ptr());
+  const size_t obytes = size_t(o.numel()) * o.element_size();
+  if (bytes && obytes && ob < base + ts.size() * bytes && base < ob + obytes) return std::nullopt;
+  return at::from_blob(first.data_ptr(), {int64_t(ts.size()) * numel}, first.options());
 }
 
 // Copies consecutive runs of `flat` back into `ts`, in order.

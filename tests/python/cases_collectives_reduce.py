@@ -35,7 +35,7 @@ def reduce_roots(seed, dtype, counts, ops, roots):
     return refs.run_until_error(keys, one)
 
 
-RS_FORMS = ("list", "flat", "stacked", "flat_inplace", "tensor_alias")
+RS_FORMS = ("list", "list_views", "list_views_inplace", "flat", "stacked", "flat_inplace", "tensor_alias")
 
 
 def reduce_scatter_forms(seed, dtype, counts, ops, forms=RS_FORMS):
@@ -43,6 +43,8 @@ def reduce_scatter_forms(seed, dtype, counts, ops, forms=RS_FORMS):
 
     Every rank's input has world*count elements, make_input(seed_for(seed, "rs", form)).
     list:          dist.reduce_scatter(out, [input chunks])
+    list_views:    the same with chunk views of the input (read in place, no packing)
+    list_views_inplace: the same with out the view of this rank's own chunk
     flat:          reduce_scatter_single(out[count], input[world*count])
     stacked:       input viewed as [world, count]
     flat_inplace:  out is the view input[rank*count:(rank+1)*count] (Megatron's pattern)
@@ -59,6 +61,13 @@ def reduce_scatter_forms(seed, dtype, counts, ops, forms=RS_FORMS):
             chunks = [x[i * count:(i + 1) * count].clone() for i in range(ws)]
             dist.reduce_scatter(out, chunks, op=dist_op(op))
             return out
+        if form == "list_views":
+            dist.reduce_scatter(out, list(x.chunk(ws)), op=dist_op(op))
+            return out
+        if form == "list_views_inplace":
+            chunks = list(x.chunk(ws))
+            dist.reduce_scatter(chunks[rank], chunks, op=dist_op(op))
+            return chunks[rank].clone()
         if form == "flat":
             _RS_SINGLE(out, x, op=dist_op(op))
             return out
