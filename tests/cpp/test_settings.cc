@@ -1,9 +1,12 @@
 // The RINGX_* settings table, its typed reads, and the check that the ranks
 // of a group agree on the settings that shape a schedule.
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "core/common/error.h"
 #include "core/common/settings.h"
@@ -164,4 +167,65 @@ TEST_CASE("a rank with an unparsable value still takes part in the check") {
   MemoryStore store;
   const auto errors = checkOnEachRank(store, 2, [&](int rank) { return rank == 0 ? bad : good; });
   for (const auto& e : errors) REQUIRE_THAT(e, Catch::Contains("'lots' on rank 0"));
+}
+
+namespace {
+
+// A store hosted by rank 0, as torch's env:// rendezvous hosts it: once rank 0
+// has raised (its process may end), every call fails as a closed connection
+// would. Reads of `slowKey` take 200 ms, as a loaded rank's might.
+class StoreOnRankZero : public Store {
+ public:
+  explicit StoreOnRankZero(std::string slowKey) : slowKey_(std::move(slowKey)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    checkOpen();
+    inner_.set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    if (key == slowKey_) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    checkOpen();
+    return inner_.get(key);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    checkOpen();
+    return inner_.add(key, delta);
+  }
+  void close() { closed_ = true; }
+
+ private:
+  void checkOpen() const {
+    if (closed_) throw Error(ErrorKind::PeerClosed, "the store's connection was closed");
+  }
+  MemoryStore inner_;
+  std::string slowKey_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace
+
+TEST_CASE("every rank gets the disagreement, even when rank 0, which hosts the store, leaves with it at once") {
+  std::string mine, other;
+  {
+    ScopedEnv v("RINGX_SHM_BYTES", nullptr);
+    mine = agreementRecord();
+  }
+  {
+    ScopedEnv v("RINGX_SHM_BYTES", "65536");
+    other = agreementRecord();
+  }
+  const int size = 3;
+  StoreOnRankZero store("g/settings/verdict");
+  std::vector<std::string> errors(size);
+  onEachRank(size, [&](int rank) {
+    try {
+      checkSettingsAgree(store, "g/settings", rank, size, rank == 2 ? other : mine);
+    } catch (const Error& e) {
+      errors[size_t(rank)] = e.what();
+      if (rank == 0) store.close();
+    }
+  });
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[size_t(r)].find("the ranks disagree on RINGX_SHM_BYTES") != std::string::npos);
+  }
 }

@@ -259,6 +259,7 @@ void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, in
     message.assign(raw.begin(), raw.end());
   }
   if (!message.empty()) {
+    leaveStoreTogether(store, keyPrefix + "/left", rank, size);
     throw Error(ErrorKind::InvalidArgument, "ringx: creating the process group (rank " +
                                                 std::to_string(rank) + "): " + message);
   }

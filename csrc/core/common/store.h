@@ -21,4 +21,17 @@ class Store {
 inline std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 inline std::string stringOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
+// Called by every rank of a group before each raises the same error at its
+// creation, once it has read what it needs from the store. Rank 0 usually
+// hosts the store (torch's env:// rendezvous), and its process may end with
+// the error: it waits until every other rank has made its last store call,
+// which would otherwise fail with a closed connection instead of the error.
+inline void leaveStoreTogether(Store& store, const std::string& key, int rank, int size) {
+  if (rank != 0) {
+    store.set(key + "/" + std::to_string(rank), bytesOf("1"));
+    return;
+  }
+  for (int r = 1; r < size; ++r) store.get(key + "/" + std::to_string(r));
+}
+
 }  // namespace ringx

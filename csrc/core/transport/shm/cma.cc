@@ -111,6 +111,7 @@ std::unique_ptr<Cma> Cma::create(Store& store, const std::string& keyPrefix, int
     return cma;
   }
   if (mode == CmaMode::On) {
+    leaveStoreTogether(store, keyPrefix + "/cma/left", rank, size);
     throw Error(
         ErrorKind::InvalidArgument,
         "ringx: creating the process group (rank " + std::to_string(rank) +
