@@ -33,6 +33,12 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// This rank's agreement record with `name` set to `value` (nullptr: unset).
+std::string recordWith(const char* name, const char* value) {
+  ScopedEnv v(name, value);
+  return agreementRecord();
+}
+
 // Runs checkSettingsAgree on one thread per rank with record(rank); returns
 // each rank's error text ("" when it passed). Every error must be InvalidArgument.
 template <typename RecordFn>
@@ -130,15 +136,7 @@ TEST_CASE(
     const std::string value = std::string(name) == "RINGX_ALGO"  ? "ring"
                               : std::string(name) == "RINGX_SHM" ? "0"
                                                                  : "65536";
-    std::string mine, other;
-    {
-      ScopedEnv v(name, nullptr);
-      mine = agreementRecord();
-    }
-    {
-      ScopedEnv v(name, value.c_str());
-      other = agreementRecord();
-    }
+    const std::string mine = recordWith(name, nullptr), other = recordWith(name, value.c_str());
     MemoryStore store;
     const auto errors =
         checkOnEachRank(store, 3, [&](int rank) { return rank == 1 ? other : mine; });
@@ -155,15 +153,8 @@ TEST_CASE(
 }
 
 TEST_CASE("a rank with an unparsable value still takes part in the check") {
-  std::string good, bad;
-  {
-    ScopedEnv v("RINGX_CHUNK_BYTES", nullptr);
-    good = agreementRecord();
-  }
-  {
-    ScopedEnv v("RINGX_CHUNK_BYTES", "lots");
-    bad = agreementRecord();
-  }
+  const std::string good = recordWith("RINGX_CHUNK_BYTES", nullptr),
+                    bad = recordWith("RINGX_CHUNK_BYTES", "lots");
   MemoryStore store;
   const auto errors = checkOnEachRank(store, 2, [&](int rank) { return rank == 0 ? bad : good; });
   for (const auto& e : errors) REQUIRE_THAT(e, Catch::Contains("'lots' on rank 0"));
@@ -204,15 +195,8 @@ class StoreOnRankZero : public Store {
 }  // namespace
 
 TEST_CASE("every rank gets the disagreement, even when rank 0, which hosts the store, leaves with it at once") {
-  std::string mine, other;
-  {
-    ScopedEnv v("RINGX_SHM_BYTES", nullptr);
-    mine = agreementRecord();
-  }
-  {
-    ScopedEnv v("RINGX_SHM_BYTES", "65536");
-    other = agreementRecord();
-  }
+  const std::string mine = recordWith("RINGX_SHM_BYTES", nullptr),
+                    other = recordWith("RINGX_SHM_BYTES", "65536");
   const int size = 3;
   StoreOnRankZero store("g/settings/verdict");
   std::vector<std::string> errors(size);
