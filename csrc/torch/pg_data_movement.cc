@@ -69,17 +69,20 @@ std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& 
 
 }  // namespace
 
-bool ProcessGroupRingx::takeBlocksInPlace(CollArgs& args, const std::vector<at::Tensor>& ts,
+bool ProcessGroupRingx::takeBlocksInPlace(Call& call, CollArgs& args, const std::vector<at::Tensor>& ts,
                                           const at::Tensor& other) const {
   if (!args.cma) return false;  // only the single-copy algorithms take separate blocks
   auto blocks = separateBlocks(ts, args.bytes(), other);
   if (!blocks) return false;
+  const Algorithm* chosen;
   try {
-    if (!takesSeparateBlocks(selectAlgorithm(args, algo_))) return false;
+    chosen = &selectAlgorithm(args, algo_);
   } catch (const Error&) {
     return false;  // submit() reports the bad override
   }
+  if (!takesSeparateBlocks(*chosen)) return false;
   args.blocks = std::move(*blocks);
+  call.algorithm = chosen;
   return true;
 }
 
@@ -91,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::submitIntoList(Call& call, Col
     a.buf = direct->data_ptr();
     return submit(call, a, std::move(keep), targets, nullptr);
   }
-  if (takeBlocksInPlace(a, targets, src)) return submit(call, a, std::move(keep), targets, nullptr);
+  if (takeBlocksInPlace(call, a, targets, src)) return submit(call, a, std::move(keep), targets, nullptr);
   at::Tensor flat = at::empty({int64_t(size_) * src.numel()}, src.options());
   a.buf = flat.data_ptr();
   keep.push_back(flat);
@@ -284,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::scatter(std::vector<at::Tensor
     call.recorded = inputs[0];
     keep.insert(keep.end(), inputs[0].begin(), inputs[0].end());
     flat = adjacentFlat(inputs[0], st.buf).value_or(at::Tensor());
-    if (!flat.defined() && !takeBlocksInPlace(a, inputs[0], st.buf)) flat = flatCat(inputs[0]);
+    if (!flat.defined() && !takeBlocksInPlace(call, a, inputs[0], st.buf)) flat = flatCat(inputs[0]);
     if (flat.defined()) {
       a.input = flat.data_ptr();
       keep.push_back(flat);

@@ -276,7 +276,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
       p.buf = static_cast<std::byte*>(args.buf) + offset;
       p.count = bytes / dtypeSize(args.dtype);
     }
-    algs.push_back(select(p));
+    algs.push_back(call.algorithm && pieces == 1 ? call.algorithm : select(p));
     parts.push_back(p);
   }
   if (args.coll == Collective::AllReduce || args.coll == Collective::Reduce ||

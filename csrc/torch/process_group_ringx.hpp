@@ -168,6 +168,9 @@ class ProcessGroupRingx : public c10d::Backend {
     // the block as its exception unwinds (endBlockEarly).
     ProcessGroupRingx* coalescing = nullptr;
     int uncaught = std::uncaught_exceptions();
+    // The algorithm takeBlocksInPlace chose for the call's arguments, to see
+    // whether it takes the blocks in place; submit does not choose again.
+    const Algorithm* algorithm = nullptr;
     ~Call() {
       if (coalescing && std::uncaught_exceptions() > uncaught) coalescing->endBlockEarly();
     }
@@ -249,8 +252,10 @@ class ProcessGroupRingx : public c10d::Backend {
   // Sets args.blocks to the addresses of `ts` (one block each) when they are
   // separate CPU tensors, none overlapping another or `other`, and the
   // algorithm chosen for `args` reads or writes them in place: then no
-  // staging buffer is packed or unpacked. Otherwise false, args unchanged.
-  bool takeBlocksInPlace(CollArgs& args, const std::vector<at::Tensor>& ts, const at::Tensor& other) const;
+  // staging buffer is packed or unpacked, and call.algorithm is that
+  // algorithm. Otherwise false, args unchanged.
+  bool takeBlocksInPlace(Call& call, CollArgs& args, const std::vector<at::Tensor>& ts,
+                         const at::Tensor& other) const;
   // Submits a call whose output is `targets`, one block of `args` each, the
   // input being `src`: written straight into them when they are row views of
   // one tensor or a single copy writes them in place, else into a buffer
