@@ -373,17 +373,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tenso
     checkSameDtype(call.ctx, outputs[i], inputs[0]);
     checkSameDtype(call.ctx, inputs[i], inputs[0]);
   }
-  // One flat buffer each way, one split (in elements) per tensor.
-  at::Tensor in = flatCat(inputs);
+  // One flat buffer each way, one split (in elements) per tensor: the
+  // tensors themselves when they lie back to back (split or chunk views of
+  // one tensor) and the input run does not overlap the output run, else a
+  // packed copy.
   std::vector<int64_t> inSplits, outSplits;
   for (const auto& t : inputs) inSplits.push_back(asParts(t).numel());
   for (const auto& t : outputs) outSplits.push_back(asParts(t).numel());
-  at::Tensor out = at::empty({std::accumulate(outSplits.begin(), outSplits.end(), int64_t{0})}, in.options());
+  std::optional<at::Tensor> outRun = backToBack(outputs);
+  at::Tensor out = outRun ? *outRun
+                          : at::empty({std::accumulate(outSplits.begin(), outSplits.end(), int64_t{0})},
+                                      asParts(inputs[0]).options());
+  std::optional<at::Tensor> inRun = backToBack(inputs);
+  at::Tensor in = inRun && !overlaps(*inRun, out) ? *inRun : flatCat(inputs);
   CollArgs a = allToAllArgs(call, in, out, outSplits, inSplits);
   std::vector<at::Tensor> targets = outputs;
   std::vector<at::Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   keep.insert(keep.end(), {in, out});
+  if (outRun) return submit(call, a, keep, outputs, nullptr);
   return submit(call, a, keep, outputs, [targets, out]() mutable { unflatten(out, targets); });
 }
 

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -41,28 +42,52 @@ inline at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
   return at::cat(flats);
 }
 
+// Whether two tensors' storage spans share a byte.
+inline bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor pa = asParts(a), pb = asParts(b);
+  const size_t na = size_t(pa.numel()) * pa.element_size(), nb = size_t(pb.numel()) * pb.element_size();
+  if (!na || !nb) return false;
+  auto* ba = static_cast<const std::byte*>(pa.data_ptr());
+  auto* bb = static_cast<const std::byte*>(pb.data_ptr());
+  return ba < bb + nb && bb < ba + na;
+}
+
 // A flat view of `ts` when they already lie back to back in memory, in
-// order and contiguous (a list made by unbind or chunk of one tensor), and
-// none of them overlaps `other`: the schedule then reads or writes them
-// directly, without a staging buffer and a copy through it.
+// order and contiguous, of one dtype (a list made by split, chunk or unbind
+// of one tensor); empty tensors may lie anywhere. None when the list holds
+// no element.
+inline std::optional<at::Tensor> backToBack(const std::vector<at::Tensor>& ts) {
+  const at::Tensor* first = nullptr;
+  const std::byte* end = nullptr;
+  int64_t numel = 0;
+  for (const at::Tensor& t : ts) {
+    const at::Tensor p = asParts(t);
+    if (!p.is_contiguous() || p.scalar_type() != asParts(ts[0]).scalar_type() || p.device() != ts[0].device())
+      return std::nullopt;
+    if (p.numel() == 0) continue;
+    auto* b = static_cast<const std::byte*>(p.data_ptr());
+    if (first && b != end) return std::nullopt;
+    if (!first) first = &t;
+    end = b + size_t(p.numel()) * p.element_size();
+    numel += p.numel();
+  }
+  if (!first) return std::nullopt;
+  const at::Tensor p = asParts(*first);
+  return at::from_blob(p.data_ptr(), {numel}, p.options());
+}
+
+// backToBack for blocks of one size (the collectives whose blocks are each
+// one rank's), none of them overlapping `other`: the schedule then reads or
+// writes them directly, without a staging buffer and a copy through it.
 inline std::optional<at::Tensor> adjacentFlat(const std::vector<at::Tensor>& ts, const at::Tensor& other) {
   if (ts.empty()) return std::nullopt;
-  const at::Tensor first = asParts(ts[0]);
-  const int64_t numel = first.numel();
-  const size_t bytes = size_t(numel) * first.element_size();
-  auto* base = static_cast<const std::byte*>(first.data_ptr());
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const at::Tensor t = asParts(ts[i]);
-    if (!t.is_contiguous() || t.scalar_type() != first.scalar_type() || t.numel() != numel ||
-        static_cast<const std::byte*>(t.data_ptr()) != base + i * bytes) {
-      return std::nullopt;
-    }
+  const int64_t numel = asParts(ts[0]).numel();
+  for (const at::Tensor& t : ts) {
+    if (asParts(t).numel() != numel) return std::nullopt;
   }
-  const at::Tensor o = asParts(other);
-  auto* ob = static_cast<const std::byte*>(o.data_ptr());
-  const size_t obytes = size_t(o.numel()) * o.element_size();
-  if (bytes && obytes && ob < base + ts.size() * bytes && base < ob + obytes) return std::nullopt;
-  return at::from_blob(first.data_ptr(), {int64_t(ts.size()) * numel}, first.options());
+  auto flat = backToBack(ts);
+  if (!flat || overlaps(*flat, other)) return std::nullopt;
+  return flat;
 }
 
 // Copies consecutive runs of `flat` back into `ts`, in order.

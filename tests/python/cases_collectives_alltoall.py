@@ -75,8 +75,12 @@ def all_to_all_single_2d(seed, dtype, rows_per_peer, cols):
     return refs.run_until_error(["2d"], one)
 
 
-def all_to_all_list_variants(seed, dtype, variants):
-    """{(variant, count): concatenation of the received list} for dist.all_to_all."""
+def all_to_all_list_variants(seed, dtype, variants, form="separate"):
+    """{(variant, count): concatenation of the received list} for dist.all_to_all.
+
+    form "separate": every input and output its own tensor; "views": the split views of
+    one input and one output tensor (read and written in place, not packed).
+    """
     rank, ws = dist.get_rank(), dist.get_world_size()
 
     def one(key):
@@ -87,6 +91,12 @@ def all_to_all_list_variants(seed, dtype, variants):
         outputs = [refs.perturb(msg(seed, name, src, rank, dtype,
                                     split(variant, src, rank, ws, count)))
                    for src in range(ws)]
+        if form == "views":
+            inputs = list(torch.cat(inputs).split([t.numel() for t in inputs]))
+            out = torch.cat(outputs)
+            outputs = list(out.split([t.numel() for t in outputs]))
+            dist.all_to_all(outputs, inputs)
+            return out
         dist.all_to_all(outputs, inputs)
         return torch.cat(outputs)
 

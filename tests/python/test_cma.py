@@ -69,7 +69,8 @@ def run_data_movement_suites(world):
         test_collectives_gather.test_scatter(w, ws, dtype)
         test_collectives_alltoall.test_all_to_all_single(w, ws, dtype)
     for dtype in ("float32", "int64", "bool"):
-        test_collectives_alltoall.test_all_to_all_list(w, ws, dtype)
+        for form in ("separate", "views"):
+            test_collectives_alltoall.test_all_to_all_list(w, ws, dtype, form)
     test_collectives_alltoall.test_all_to_all_single_2d(w, ws)
     for dtype in test_broadcast.DTYPES:
         for count in test_broadcast.SIZES:

@@ -78,15 +78,19 @@ def test_all_to_all_single_2d(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.parametrize("form", ("separate", "views"))
 @pytest.mark.parametrize("ws,dtype", [p for p in _params()
                                       if p.values[1] in ("float32", "int64", "bool")])
-def test_all_to_all_list(worlds, ws, dtype):
+def test_all_to_all_list(worlds, ws, dtype, form):
     variants = [("equal_explicit", 0), ("equal_explicit", 1), ("equal_explicit", 13)]
     # torch documents uneven list all_to_all (its example uses it) and ringx must do it;
     # gloo requires equal sizes ("ProcessGroupGloo::alltoall: invalid tensor size")
     if harness.BACKEND != "gloo":
         variants += [("uneven", 0), ("zeros", 0)]
+        if (ws, dtype) in LARGE_COMBOS:
+            variants += [("large_uneven", LARGE // ws)]
     results = worlds.run(ws, cases.all_to_all_list_variants, seed=SEED, dtype=dtype,
-                         variants=variants)
-    failures = _check(results, ws, dtype, variants, "all_to_all (list)", prefix="list-")
+                         variants=variants, form=form)
+    failures = _check(results, ws, dtype, variants, f"all_to_all (list, {form})",
+                      prefix="list-")
     assert not failures, refs.report(failures)

@@ -87,7 +87,8 @@ def test_all_to_all_single(net, ws, dtype):
 
 
 def test_all_to_all_list(net):
-    t_alltoall.test_all_to_all_list(net, 3, "float32")
+    for form in ("separate", "views"):
+        t_alltoall.test_all_to_all_list(net, 3, "float32", form)
 
 
 def test_barriers(net):
