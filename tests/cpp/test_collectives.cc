@@ -100,7 +100,8 @@ TEST_CASE("all_to_all with uneven and empty blocks delivers each block to its ra
     RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_to_all", 2, buildAllToAllPairwise(a)));
     size_t at = 0;
     for (int s = 0; s < size; ++s) {
-      for (size_t k = 0; k < len(s, r); ++k) RANK_REQUIRE(out[at++] == s * 1000 + r);
+      RANK_REQUIRE_EACH(k, len(s, r), out[at + k] == s * 1000 + r);
+      at += len(s, r);
     }
   });
 }
@@ -123,7 +124,7 @@ TEST_CASE("gather collects every rank's block on the root and scatter hands them
       RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "gather", g.seq, buildGatherBinomial(g)));
       if (r == root) {
         for (int q = 0; q < size; ++q) {
-          for (size_t i = 0; i < count; ++i) RANK_REQUIRE(all[q * count + i] == q * 1000 + int64_t(i));
+          RANK_REQUIRE_EACH(i, count, all[q * count + i] == q * 1000 + int64_t(i));
         }
       }
       CollArgs s{Collective::Scatter, r, size, uint64_t(2 * root + 1)};
@@ -180,7 +181,7 @@ TEST_CASE("PREMUL_SUM sums each rank's input scaled by that rank's own factor, i
       a.count = count;
       a.segmentBytes = 2048;
       RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_reduce", seq, build(a)));
-      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == Approx(scaledSum(i)));
+      RANK_REQUIRE_EACH(i, count, buf[i] == Approx(scaledSum(i)));
     });
   }
   ++seq;
@@ -198,7 +199,7 @@ TEST_CASE("PREMUL_SUM sums each rank's input scaled by that rank's own factor, i
     a.segmentBytes = 2048;
     RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce_scatter", seq, buildReduceScatterRing(a)));
     RANK_REQUIRE(in == before);
-    for (size_t i = 0; i < count; ++i) RANK_REQUIRE(out[i] == Approx(scaledSum(r * count + i)));
+    RANK_REQUIRE_EACH(i, count, out[i] == Approx(scaledSum(r * count + i)));
   });
   for (int root = 0; root < size; ++root) {
     ++seq;
@@ -214,7 +215,7 @@ TEST_CASE("PREMUL_SUM sums each rank's input scaled by that rank's own factor, i
       a.root = root;
       a.segmentBytes = 2048;
       RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "reduce", seq, buildReduceBinomial(a)));
-      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == Approx(r == root ? scaledSum(i) : value(r, i)));
+      RANK_REQUIRE_EACH(i, count, buf[i] == Approx(r == root ? scaledSum(i) : value(r, i)));
     });
   }
 }
@@ -244,7 +245,7 @@ TEST_CASE("pairwise all_to_all with the output aliasing the input sends every bl
     a.evenSplits = true;
     RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_to_all", 7, buildAllToAllPairwise(a)));
     for (int s = 0; s < size; ++s) {
-      for (size_t k = 0; k < block; ++k) RANK_REQUIRE(x[s * block + k] == s * 100000 + r * 1000 + double(k % 1000));
+      RANK_REQUIRE_EACH(k, block, x[s * block + k] == s * 100000 + r * 1000 + double(k % 1000));
     }
   });
 }

@@ -75,7 +75,7 @@ TEST_CASE("broadcast from every root delivers the root's buffer to every rank") 
       a.root = root;
       a.segmentBytes = 1024;
       RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "broadcast", root, buildBroadcastBinomial(a)));
-      for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == int32_t(root * 1000 + i));
+      RANK_REQUIRE_EACH(i, count, buf[i] == int32_t(root * 1000 + i));
     });
   }
 }

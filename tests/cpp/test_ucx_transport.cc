@@ -110,7 +110,7 @@ TEST_CASE("ucx transport delivers tagged messages of every size between two work
       RANK_REQUIRE(got.ok);
       RANK_REQUIRE(got.bytes == bytes);
       RANK_REQUIRE(got.source == 1 - r);
-      for (size_t i = 0; i < bytes; ++i) RANK_REQUIRE(in[i] == uint8_t((1 - r) * 7 + i));
+      RANK_REQUIRE_EACH(i, bytes, in[i] == uint8_t((1 - r) * 7 + i));
     }
   });
 }
