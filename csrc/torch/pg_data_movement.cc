@@ -38,27 +38,19 @@ void checkRootList(const CallContext& c, int64_t root, const std::vector<std::ve
   }
 }
 
-// The addresses of `ts` when each is a contiguous CPU tensor of `bytes`
-// bytes (> 0) and none overlaps another or `other`: a single-copy algorithm
-// may then copy each block straight from or into its tensor.
-std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& ts, size_t bytes,
-                                                 const at::Tensor& other) {
-  if (bytes == 0) return std::nullopt;
+// The addresses of `ts` when each is a contiguous CPU tensor and no two
+// share a byte: a single-copy algorithm may then copy each block straight
+// from or into its tensor. An empty tensor's address is null.
+std::optional<std::vector<void*>> disjointCpuBlocks(const std::vector<const at::Tensor*>& ts) {
   std::vector<void*> blocks;
   std::vector<std::pair<const std::byte*, const std::byte*>> spans;
-  for (const at::Tensor& t : ts) {
-    const at::Tensor p = asParts(t);
-    if (!p.device().is_cpu() || !p.is_contiguous() || size_t(p.numel()) * p.element_size() != bytes)
-      return std::nullopt;
-    auto* b = static_cast<std::byte*>(p.data_ptr());
+  for (const at::Tensor* t : ts) {
+    const at::Tensor p = asParts(*t);
+    if (!p.device().is_cpu() || !p.is_contiguous()) return std::nullopt;
+    const size_t bytes = size_t(p.numel()) * p.element_size();
+    auto* b = bytes ? static_cast<std::byte*>(p.data_ptr()) : nullptr;
     blocks.push_back(b);
-    spans.emplace_back(b, b + bytes);
-  }
-  const at::Tensor o = asParts(other);
-  if (!o.device().is_cpu()) return std::nullopt;
-  if (const size_t obytes = size_t(o.numel()) * o.element_size()) {
-    auto* ob = static_cast<const std::byte*>(o.data_ptr());
-    spans.emplace_back(ob, ob + obytes);
+    if (bytes) spans.emplace_back(b, b + bytes);
   }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) {
@@ -67,20 +59,41 @@ std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& 
   return blocks;
 }
 
+// disjointCpuBlocks of `ts` and `other` (contiguous), each of `ts` `bytes`
+// (> 0) long: the addresses of `ts`.
+std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& ts, size_t bytes,
+                                                 const at::Tensor& other) {
+  if (bytes == 0) return std::nullopt;
+  std::vector<const at::Tensor*> all;
+  for (const at::Tensor& t : ts) {
+    if (size_t(asParts(t).numel()) * asParts(t).element_size() != bytes) return std::nullopt;
+    all.push_back(&t);
+  }
+  all.push_back(&other);
+  auto blocks = disjointCpuBlocks(all);
+  if (blocks) blocks->pop_back();
+  return blocks;
+}
+
 }  // namespace
+
+const Algorithm* ProcessGroupRingx::inPlaceAlgorithm(const CollArgs& args) const {
+  if (!args.cma) return nullptr;  // only the single-copy algorithms take separate blocks
+  try {
+    const Algorithm& chosen = selectAlgorithm(args, algo_);
+    return takesSeparateBlocks(chosen) ? &chosen : nullptr;
+  } catch (const Error&) {
+    return nullptr;  // submit() reports the bad override
+  }
+}
 
 bool ProcessGroupRingx::takeBlocksInPlace(Call& call, CollArgs& args, const std::vector<at::Tensor>& ts,
                                           const at::Tensor& other) const {
-  if (!args.cma) return false;  // only the single-copy algorithms take separate blocks
+  if (!args.cma) return false;
   auto blocks = separateBlocks(ts, args.bytes(), other);
   if (!blocks) return false;
-  const Algorithm* chosen;
-  try {
-    chosen = &selectAlgorithm(args, algo_);
-  } catch (const Error&) {
-    return false;  // submit() reports the bad override
-  }
-  if (!takesSeparateBlocks(*chosen)) return false;
+  const Algorithm* chosen = inPlaceAlgorithm(args);
+  if (!chosen) return false;
   args.blocks = std::move(*blocks);
   call.algorithm = chosen;
   return true;
@@ -375,22 +388,43 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tenso
   }
   // One flat buffer each way, one split (in elements) per tensor: the
   // tensors themselves when they lie back to back (split or chunk views of
-  // one tensor) and the input run does not overlap the output run, else a
+  // one tensor) and the input run does not overlap the output run; else,
+  // when the single copy is chosen, the separate tensors in place; else a
   // packed copy.
   std::vector<int64_t> inSplits, outSplits;
   for (const auto& t : inputs) inSplits.push_back(asParts(t).numel());
   for (const auto& t : outputs) outSplits.push_back(asParts(t).numel());
+  const auto options = asParts(inputs[0]).options();
   std::optional<at::Tensor> outRun = backToBack(outputs);
   at::Tensor out = outRun ? *outRun
-                          : at::empty({std::accumulate(outSplits.begin(), outSplits.end(), int64_t{0})},
-                                      asParts(inputs[0]).options());
+                          : at::empty({std::accumulate(outSplits.begin(), outSplits.end(), int64_t{0})}, options);
   std::optional<at::Tensor> inRun = backToBack(inputs);
-  at::Tensor in = inRun && !overlaps(*inRun, out) ? *inRun : flatCat(inputs);
+  if (inRun && overlaps(*inRun, out)) inRun.reset();
+  at::Tensor in =
+      inRun ? *inRun : at::empty({std::accumulate(inSplits.begin(), inSplits.end(), int64_t{0})}, options);
   CollArgs a = allToAllArgs(call, in, out, outSplits, inSplits);
   std::vector<at::Tensor> targets = outputs;
   std::vector<at::Tensor> keep = inputs;
   keep.insert(keep.end(), outputs.begin(), outputs.end());
   keep.insert(keep.end(), {in, out});
+  if (!inRun || !outRun) {
+    std::vector<const at::Tensor*> all;
+    for (const auto& t : inputs) all.push_back(&t);
+    for (const auto& t : outputs) all.push_back(&t);
+    auto blocks = a.cma ? disjointCpuBlocks(all) : std::nullopt;
+    const Algorithm* chosen = blocks ? inPlaceAlgorithm(a) : nullptr;
+    if (chosen) {
+      a.inputBlocks.assign(blocks->begin(), blocks->begin() + size_);
+      a.blocks.assign(blocks->begin() + size_, blocks->end());
+      call.algorithm = chosen;
+      return submit(call, a, keep, outputs, nullptr);
+    }
+  }
+  if (!inRun) {
+    std::vector<at::Tensor> flats;
+    for (const auto& t : inputs) flats.push_back(asParts(t).reshape({-1}));
+    at::cat_out(in, flats);
+  }
   if (outRun) return submit(call, a, keep, outputs, nullptr);
   return submit(call, a, keep, outputs, [targets, out]() mutable { unflatten(out, targets); });
 }

@@ -293,7 +293,9 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
       RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << algs[k]->name << ", " << numbered.bytes() << " bytes"
                                         << (numbered.blocks.empty()
                                                 ? std::string()
-                                                : ", " + std::to_string(numbered.blocks.size()) +
+                                                : ", " +
+                                                      std::to_string(numbered.blocks.size() +
+                                                                     numbered.inputBlocks.size()) +
                                                       " separate tensors in place")
                                         << (pieces > 1 ? " (piece " + std::to_string(k + 1) + " of " +
                                                              std::to_string(pieces) + ")"

@@ -168,8 +168,8 @@ class ProcessGroupRingx : public c10d::Backend {
     // the block as its exception unwinds (endBlockEarly).
     ProcessGroupRingx* coalescing = nullptr;
     int uncaught = std::uncaught_exceptions();
-    // The algorithm takeBlocksInPlace chose for the call's arguments, to see
-    // whether it takes the blocks in place; submit does not choose again.
+    // The algorithm chosen for the call's arguments to see whether it takes
+    // separate blocks in place (inPlaceAlgorithm); submit does not choose again.
     const Algorithm* algorithm = nullptr;
     ~Call() {
       if (coalescing && std::uncaught_exceptions() > uncaught) coalescing->endBlockEarly();
@@ -256,6 +256,9 @@ class ProcessGroupRingx : public c10d::Backend {
   // algorithm. Otherwise false, args unchanged.
   bool takeBlocksInPlace(Call& call, CollArgs& args, const std::vector<at::Tensor>& ts,
                          const at::Tensor& other) const;
+  // The algorithm chosen for `args` when it reads or writes separate blocks
+  // in place (takesSeparateBlocks), else null.
+  const Algorithm* inPlaceAlgorithm(const CollArgs& args) const;
   // Submits a call whose output is `targets`, one block of `args` each, the
   // input being `src`: written straight into them when they are row views of
   // one tensor or a single copy writes them in place, else into a buffer

@@ -208,8 +208,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "single-copy all_to_all delivers uneven splits, zero splits and an input that is its own "
-    "output, whether ranks inline their input in the slot or not") {
+    "single-copy all_to_all delivers uneven splits, zero splits, an input that is its own output "
+    "and separate blocks in place, whether ranks inline their input in the slot or not") {
   auto size = GENERATE(2, 3, 4);
   // The area's slots hold 4096 bytes: at scale 0 every rank inlines its
   // input, at 250 some do, above none but rank 0 (which sends nothing).
@@ -259,6 +259,24 @@ TEST_CASE(
     RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 2, buildAllToAllCma(e)));
     expectEach(r, "in-place all_to_all", buf,
                [&](size_t i) { return message(int(i / block), r, i % block); });
+
+    // The uneven exchange again, each message in a block of its own both ways.
+    CollArgs sep = a;
+    sep.seq = 3;
+    std::vector<std::vector<float>> ins(size), outs(size);
+    for (int q = 0; q < size; ++q) {
+      ins[q].assign(in.begin() + a.sendOffsets[q] / 4, in.begin() + (a.sendOffsets[q] + a.sendBytes[q]) / 4);
+      outs[q].assign(a.recvBytes[q] / 4, -1);
+      sep.inputBlocks.push_back(ins[q].data());
+      sep.blocks.push_back(outs[q].data());
+    }
+    sep.input = nullptr;
+    sep.buf = nullptr;
+    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 3, buildAllToAllCma(sep)));
+    for (int q = 0; q < size; ++q) {
+      expectEach(r, "separate all_to_all block " + std::to_string(q), outs[q],
+                 [&](size_t i) { return message(q, r, i); });
+    }
   });
 }
 

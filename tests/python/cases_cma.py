@@ -97,16 +97,16 @@ def sizes_for_selection():
 
 
 def separate_tensor_lists(count):
-    """all_gather, gather and scatter with lists of separate tensors, from every root, in
-    float32 and complex64; then lists a single copy cannot use in place: one tensor of the
-    list not contiguous, the input one of the outputs, and (scatter) the root's output one
-    of its inputs. Returns, per case, what each rank received (the root's list for gather,
+    """all_gather, gather, scatter (from every root) and all_to_all (uneven) with lists of
+    separate tensors, in float32 and complex64; then lists a single copy cannot use in
+    place: one tensor of the list not contiguous, the input one of the outputs, and
+    (scatter) the root's output one of its inputs. Returns, per case, what each rank received (the root's list for gather,
     the output for scatter)."""
     r, n = dist.get_rank(), dist.get_world_size()
     out = {}
 
-    def value(q, dtype):
-        v = torch.arange(count, dtype=torch.float32) + 1000.0 * q
+    def value(q, dtype, length=count):
+        v = torch.arange(length, dtype=torch.float32) + 1000.0 * q
         return torch.complex(v, -v).to(dtype) if dtype.is_complex else v.to(dtype)
 
     for dtype in (torch.float32, torch.complex64):
@@ -134,4 +134,21 @@ def separate_tensor_lists(count):
     expect_root = rows[0].clone()
     dist.scatter(got, rows if r == 0 else None, src=0)
     out["scatter into own row"] = (got, expect_root)
+
+    # all_to_all: rank r sends rank j count + r + 2 j elements, value(r) shifted by 10 j;
+    # then with one output not contiguous (packed).
+    def a2a_inputs(dtype):
+        return [value(r, dtype, count + r + 2 * j) + 10 * j for j in range(n)]
+
+    def a2a_outputs(dtype):
+        return [torch.full((count + q + 2 * r,), -1, dtype=dtype) for q in range(n)]
+
+    for dtype in (torch.float32, torch.complex64):
+        outs = a2a_outputs(dtype)
+        dist.all_to_all(outs, [t.clone() for t in a2a_inputs(dtype)])
+        out[("all_to_all", str(dtype))] = outs
+    outs = a2a_outputs(torch.float32)
+    outs[n - 1] = torch.full((count + n - 1 + 2 * r, 2), -1.0)[:, 0]
+    dist.all_to_all(outs, [t.clone() for t in a2a_inputs(torch.float32)])
+    out["all_to_all strided"] = outs
     return out

@@ -202,8 +202,8 @@ def test_forced_single_copy_copies_separate_tensors_in_place_and_packs_lists_it_
         results = world.run(cases_cma.separate_tensor_lists, count=count)
         logs = [world.log_text(r) for r in range(ws)]
 
-    def value(q, dtype):
-        v = torch.arange(count, dtype=torch.float32) + 1000.0 * q
+    def value(q, dtype, length=count):
+        v = torch.arange(length, dtype=torch.float32) + 1000.0 * q
         return torch.complex(v, -v).to(dtype) if dtype.is_complex else v.to(dtype)
 
     for r in range(ws):
@@ -222,13 +222,20 @@ def test_forced_single_copy_copies_separate_tensors_in_place_and_packs_lists_it_
                 assert torch.equal(got[key][q], value(q, torch.float32)), (key, r, q)
         mine, root_row = got["scatter into own row"]
         assert torch.equal(mine, root_row if r == 0 else value(r + 7, torch.float32)), ("scatter into own row", r)
+        for key, dtype in [(("all_to_all", str(d)), d) for d in (torch.float32, torch.complex64)] + \
+                [("all_to_all strided", torch.float32)]:
+            for q in range(ws):
+                want = value(q, dtype, count + q + 2 * r) + 10 * r
+                assert torch.equal(got[key][q], want), (key, r, q)
 
-    # Per rank: 2 dtypes x (1 all_gather + a gather and a scatter as root) in place.
+    # Per rank: 2 dtypes x (1 all_gather + a gather and a scatter as root + 1 all_to_all of
+    # 2 ws tensors) in place.
     in_place = [re.findall(r"ringx: (\w+) \(rank \d+, seq \d+\): algorithm cma, \d+ bytes, "
-                           rf"{ws} separate tensors in place", log) for log in logs]
+                           r"(\d+) separate tensors in place", log) for log in logs]
+    want = sorted([("all_gather", str(ws))] * 2 + [("gather", str(ws))] * 2 + [("scatter", str(ws))] * 2 +
+                  [("all_to_all", str(2 * ws))] * 2)
     for r in range(ws):
-        assert sorted(in_place[r]) == sorted(["all_gather"] * 2 + ["gather"] * 2 + ["scatter"] * 2), \
-            (r, in_place[r])
+        assert sorted(in_place[r]) == want, (r, in_place[r])
 
 
 def test_cost_model_takes_slots_for_small_calls_and_the_single_copy_for_large_ones():

@@ -31,7 +31,9 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
 // output, starting with r + 1. A rank returns only once every peer has
 // finished reading its input (core/algorithms/cma_exchange.h). An input that
 // overlaps the output is first copied aside, since peers read it while this
-// rank writes its output.
+// rank writes its output. Inputs and outputs that are separate tensors
+// (CollArgs::inputBlocks, blocks) are read and written in place: the table
+// then holds each input block's address, against a record address of 0.
 //
 // Memory traffic per rank: its received bytes, copied once, against twice
 // for the slot algorithm; two counter hand-offs and n - 1 table reads. A
@@ -46,6 +48,15 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   const auto* in = static_cast<const std::byte*>(a.input);
   const size_t inBytes = extent(a.sendOffsets, a.sendBytes),
                outBytes = extent(a.recvOffsets, a.recvBytes);
+  // Where this rank's block for rank j lies, and where rank q's block goes.
+  std::vector<const std::byte*> src(static_cast<size_t>(n));
+  std::vector<std::byte*> dst(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    src[size_t(j)] = a.inputBlocks.empty() ? in + a.sendOffsets[j]
+                                           : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
+    dst[size_t(j)] = a.blocks.empty() ? out + a.recvOffsets[j] : static_cast<std::byte*>(a.blocks[size_t(j)]);
+  }
+  const bool separate = !a.inputBlocks.empty() || !a.blocks.empty();
 
   // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
   // peers then copy from shared memory, and an input that overlaps the
@@ -53,21 +64,29 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   const size_t tableBytes = (n * sizeof(CmaBlock) + 63) / 64 * 64;
   const bool inlined = tableBytes + inBytes <= a.shm->slotBytes();
   StepId staged = kNoStep;
-  if (!inlined && inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
+  if (!inlined && !separate && inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
     std::byte* copy = s.scratch(inBytes);
     staged = s.copy(copy, in, inBytes);
     in = copy;
   }
+  // Separate input blocks read from this rank's memory: their addresses
+  // stand as offsets from 0. Inline, every input lies packed in the slot.
+  const bool absolute = !inlined && !a.inputBlocks.empty();
   auto* table = reinterpret_cast<CmaBlock*>(s.scratch(n * sizeof(CmaBlock)));
-  for (int j = 0; j < n; ++j) table[j] = {a.sendOffsets[j], a.sendBytes[j], a.recvBytes[j]};
-  const CmaRecord mine{reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
+  for (int j = 0; j < n; ++j) {
+    const uint64_t at = absolute ? reinterpret_cast<uint64_t>(src[size_t(j)]) : a.sendOffsets[j];
+    table[j] = {at, a.sendBytes[j], a.recvBytes[j]};
+  }
+  const CmaRecord mine{absolute ? 0 : reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
                        inlined ? tableBytes + inBytes : 0};
-  const std::vector<size_t> recvOffsets = a.recvOffsets;
   CmaExchange::Fill fill;
   if (inlined) {
+    const std::vector<size_t> sendOffsets = a.sendOffsets, sendBytes = a.sendBytes;
     fill = [=](std::byte* slot) {
       std::memcpy(slot, table, n * sizeof(CmaBlock));
-      if (inBytes) std::memcpy(slot + tableBytes, in, inBytes);
+      for (int j = 0; j < n; ++j) {
+        if (sendBytes[j]) std::memcpy(slot + tableBytes + sendOffsets[j], src[size_t(j)], sendBytes[j]);
+      }
     };
   }
 
@@ -97,15 +116,14 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     "i's input_split_sizes[j]); the group is no longer usable, create a new one");
           }
           if (!fromSlot) {
-            x.addRead(q, x.record(q).addr + theirs.sendOffset, out + recvOffsets[q],
-                      theirs.sendBytes);
+            x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[size_t(q)], theirs.sendBytes);
           } else {
-            fromSlots.emplace_back(out + recvOffsets[q], x.peerSlot(q) + tableBytes + theirs.sendOffset,
+            fromSlots.emplace_back(dst[size_t(q)], x.peerSlot(q) + tableBytes + theirs.sendOffset,
                                    theirs.sendBytes);
           }
         }
-        for (auto [dst, src, bytes] : fromSlots) {
-          if (bytes) std::memcpy(dst, src, bytes);
+        for (auto [to, from, bytes] : fromSlots) {
+          if (bytes) std::memcpy(to, from, bytes);
         }
       },
       staged, -1, std::move(fill));

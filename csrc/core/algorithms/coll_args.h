@@ -35,12 +35,16 @@ struct CollArgs {
   // all_gather's outputs (on every rank), gather's outputs and scatter's
   // inputs (on the root) when the caller passed separate tensors: block q's
   // address, each `bytes()` long, none overlapping another or the rank's
-  // other buffer. Only the algorithms takesSeparateBlocks() names use them;
-  // for the others the caller packs the blocks into `buf` / `input` instead.
-  // Empty: the blocks lie back to back in `buf` / `input`.
+  // other buffer. all_to_all's outputs likewise, block q recvBytes[q] long,
+  // and its inputs in `inputBlocks`, block j sendBytes[j] long; none of
+  // either list overlaps another. Only the algorithms takesSeparateBlocks()
+  // names use them; for the others the caller packs the blocks into `buf` /
+  // `input` instead. Empty: the blocks lie back to back in `buf` / `input`.
   std::vector<void*> blocks;
+  std::vector<const void*> inputBlocks;
   // all_to_all: bytes sent to / received from each rank, and where in
-  // `input` / `buf` each rank's block starts.
+  // `input` / `buf` each rank's block starts (where it would start packed,
+  // when the blocks are separate).
   std::vector<size_t> sendBytes, sendOffsets, recvBytes, recvOffsets;
   // all_to_all_single without split sizes: every block of every rank has the
   // same size, which each rank knows without asking the others.

@@ -107,7 +107,8 @@ constexpr std::array kAlgorithms{
 std::span<const Algorithm> algorithms() { return kAlgorithms; }
 
 bool takesSeparateBlocks(const Algorithm& alg) {
-  return alg.build == &buildAllGatherCma || alg.build == &buildGatherCma || alg.build == &buildScatterCma;
+  return alg.build == &buildAllGatherCma || alg.build == &buildGatherCma || alg.build == &buildScatterCma ||
+         alg.build == &buildAllToAllCma;
 }
 
 std::string algorithmNames(Collective coll) {

@@ -25,8 +25,9 @@ std::span<const Algorithm> algorithms();
 // The names registered for one collective, comma separated, for messages.
 std::string algorithmNames(Collective coll);
 
-// Whether `alg` reads or writes CollArgs::blocks in place (the single-copy
-// all_gather, gather and scatter); the others need the blocks packed.
+// Whether `alg` reads or writes CollArgs::blocks (and inputBlocks) in place:
+// the single-copy all_gather, gather, scatter and all_to_all; the others
+// need the blocks packed.
 bool takesSeparateBlocks(const Algorithm& alg);
 
 // Builders, one per file (<coll>_<alg>.cc).
