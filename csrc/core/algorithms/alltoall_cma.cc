@@ -46,8 +46,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   if (a.evenSplits && a.sendBytes[0] == 0) return s;
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
-  const size_t inBytes = extent(a.sendOffsets, a.sendBytes),
-               outBytes = extent(a.recvOffsets, a.recvBytes);
+  const size_t inBytes = extent(a.sendOffsets, a.sendBytes);
   // Where this rank's block for rank j lies, and where rank q's block goes.
   std::vector<const std::byte*> src(static_cast<size_t>(n));
   std::vector<std::byte*> dst(static_cast<size_t>(n));
@@ -56,18 +55,23 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                                            : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
     dst[size_t(j)] = a.blocks.empty() ? out + a.recvOffsets[j] : static_cast<std::byte*>(a.blocks[size_t(j)]);
   }
-  const bool separate = !a.inputBlocks.empty() || !a.blocks.empty();
 
   // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
   // peers then copy from shared memory, and an input that overlaps the
   // output is safe once it is there.
   const size_t tableBytes = (n * sizeof(CmaBlock) + 63) / 64 * 64;
   const bool inlined = tableBytes + inBytes <= a.shm->slotBytes();
+  bool inputOverlapsOutput = false;
+  for (int q = 0; q < n && !inlined && a.inputBlocks.empty() && inBytes; ++q) {
+    const size_t bytes = a.recvBytes[q];
+    if (bytes && in < dst[size_t(q)] + bytes && dst[size_t(q)] < in + inBytes) inputOverlapsOutput = true;
+  }
   StepId staged = kNoStep;
-  if (!inlined && !separate && inBytes && outBytes && in < out + outBytes && out < in + inBytes) {
+  if (inputOverlapsOutput) {
     std::byte* copy = s.scratch(inBytes);
     staged = s.copy(copy, in, inBytes);
     in = copy;
+    for (int j = 0; j < n; ++j) src[size_t(j)] = in + a.sendOffsets[j];
   }
   // Separate input blocks read from this rank's memory: their addresses
   // stand as offsets from 0. Inline, every input lies packed in the slot.
