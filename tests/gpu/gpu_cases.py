@@ -143,6 +143,15 @@ def data_movement(seed):
                 pieces.append(theirs[start:start + r + 1 + rank])
             _compare(problems, f"all_to_all_single uneven {tag}", out, torch.cat(pieces))
 
+            # The same exchange through the list form: split views of one tensor each way
+            # (read and written in place), then separate tensors (packed).
+            out = torch.empty(sum(recvs), dtype=dtype, device=dev)
+            dist.all_to_all(list(out.split(recvs)), list(src.split(sends)))
+            _compare(problems, f"all_to_all list of views {tag}", out, torch.cat(pieces))
+            outs = [torch.empty(k, dtype=dtype, device=dev) for k in recvs]
+            dist.all_to_all(outs, [t.clone() for t in src.split(sends)])
+            _compare(problems, f"all_to_all list of tensors {tag}", torch.cat(outs), torch.cat(pieces))
+
             outs = [torch.empty_like(mine) for _ in range(n)] if rank == root else None
             dist.gather(mine, outs, dst=root)
             if rank == root:
