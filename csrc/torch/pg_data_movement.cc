@@ -420,11 +420,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::alltoall(std::vector<at::Tenso
       return submit(call, a, keep, outputs, nullptr);
     }
   }
-  if (!inRun) {
-    std::vector<at::Tensor> flats;
-    for (const auto& t : inputs) flats.push_back(asParts(t).reshape({-1}));
-    at::cat_out(in, flats);
-  }
+  if (!inRun) at::cat_out(in, flatParts(inputs));
   if (outRun) return submit(call, a, keep, outputs, nullptr);
   return submit(call, a, keep, outputs, [targets, out]() mutable { unflatten(out, targets); });
 }

@@ -34,13 +34,16 @@ inline Staged stageCopy(const at::Tensor& t) {
   return {tmp, [target, tmp]() mutable { target.copy_(tmp); }};
 }
 
-// Concatenates flattened tensors (same dtype) into one contiguous buffer.
-inline at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
+// Each tensor's parts as one dimension, for concatenating.
+inline std::vector<at::Tensor> flatParts(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> flats;
   flats.reserve(ts.size());
   for (const auto& t : ts) flats.push_back(asParts(t).reshape({-1}));
-  return at::cat(flats);
+  return flats;
 }
+
+// Concatenates flattened tensors (same dtype) into one contiguous buffer.
+inline at::Tensor flatCat(const std::vector<at::Tensor>& ts) { return at::cat(flatParts(ts)); }
 
 // Whether two tensors' storage spans share a byte.
 inline bool overlaps(const at::Tensor& a, const at::Tensor& b) {

@@ -61,10 +61,13 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   // output is safe once it is there.
   const size_t tableBytes = (n * sizeof(CmaBlock) + 63) / 64 * 64;
   const bool inlined = tableBytes + inBytes <= a.shm->slotBytes();
+  // Only a packed input read from this rank's memory can meet an output block.
   bool inputOverlapsOutput = false;
-  for (int q = 0; q < n && !inlined && a.inputBlocks.empty() && inBytes; ++q) {
-    const size_t bytes = a.recvBytes[q];
-    if (bytes && in < dst[size_t(q)] + bytes && dst[size_t(q)] < in + inBytes) inputOverlapsOutput = true;
+  if (!inlined && a.inputBlocks.empty() && inBytes) {
+    for (int q = 0; q < n; ++q) {
+      const size_t bytes = a.recvBytes[q];
+      if (bytes && in < dst[size_t(q)] + bytes && dst[size_t(q)] < in + inBytes) inputOverlapsOutput = true;
+    }
   }
   StepId staged = kNoStep;
   if (inputOverlapsOutput) {
