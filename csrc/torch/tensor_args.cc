@@ -108,9 +108,13 @@ ReduceOp toReduceOp(const c10d::ReduceOp& op) {
   throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, "ringx: unknown reduce op");
 }
 
+#ifndef RINGX_PREMUL_SUPPLEMENT
+#define RINGX_PREMUL_SUPPLEMENT PreMulSumSupplement
+#endif
+
 double premulFactor(const CallContext& c, const c10d::ReduceOp& op) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return 1.0;
-  auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  auto* sup = dynamic_cast<c10d::RINGX_PREMUL_SUPPLEMENT*>(op.supplement_.get());
   if (!sup) throwValueError(c, "PREMUL_SUM without a factor");
   if (sup->tensor_factor.defined()) {
     checkDevice(c, sup->tensor_factor);
