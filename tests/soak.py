@@ -21,7 +21,12 @@ small integers so that SUM, PRODUCT, MIN and MAX are exact in every dtype (bf16
 included); AVG is compared with a tolerance.
 
 Kinds: all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor,
-all_to_all_single (equal or random splits), reduce, gather, scatter, send/recv pairs.
+all_to_all_single (equal or random splits), reduce, gather, scatter, send/recv pairs,
+and the list forms all_gather, reduce_scatter and all_to_all. Each list is laid out
+one of several ways (LAYOUTS), since ringx reads and writes some in place: separate
+tensors, back-to-back views of one tensor, views with gaps between them, and aliased
+(all_gather's input is its own block of the output list; all_to_all's output list is
+its input list, with split sizes that make that possible).
 About half the ops are async (isend/irecv for pairs); up to WINDOW async ops stay
 outstanding and are waited on in a random order.
 """
@@ -43,7 +48,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyt
 from ports import free_port  # noqa: E402  (tests/python/ports.py)
 
 KINDS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-         "reduce", "gather", "scatter", "send_recv")
+         "reduce", "gather", "scatter", "send_recv", "all_gather", "reduce_scatter", "all_to_all")
+LAYOUTS = {"all_gather": ("separate", "views", "gapped", "aliased"),
+           "reduce_scatter": ("separate", "views", "gapped"),
+           "all_to_all": ("separate", "views", "gapped", "aliased")}
+PIECES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter",
+          "all_gather", "reduce_scatter", "all_to_all")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 WINDOW = 8
@@ -102,7 +112,7 @@ def plan(rng, groups, max_count):
         n = len(members)
     dtype = rng.choice(DTYPES)
     redop = None
-    if kind in ("all_reduce", "reduce", "reduce_scatter_tensor"):
+    if kind in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter"):
         ops = ["SUM", "PRODUCT", "MIN", "MAX"]
         if dtype in FLOATS:
             ops.append("AVG")
@@ -110,19 +120,40 @@ def plan(rng, groups, max_count):
             ops += ["BAND", "BOR", "BXOR"]
         redop = rng.choice(ops)
     count = draw_count(rng, max_count)
-    if kind in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "gather", "scatter"):
+    if kind in PIECES:
         count = max(0, count // max(1, n))  # per-rank piece; keeps the totals bounded
     op = {"kind": kind, "group": gname, "members": members, "dtype": dtype, "redop": redop,
           "count": count, "async": rng.random() < 0.5, "root": rng.randrange(n)}
     if kind == "send_recv":
         src, dst = rng.sample(range(n), 2)
         op.update(src=src, dst=dst)
-    if kind == "all_to_all_single":
+    if kind in LAYOUTS:
+        op["layout"] = rng.choice(LAYOUTS[kind])
+    if kind in ("all_to_all_single", "all_to_all"):
         if rng.random() < 0.5:
             op["splits"] = [[count] * n for _ in range(n)]
         else:  # splits[i][j]: rows group rank i sends to group rank j
             op["splits"] = [[rng.randint(0, max(1, count)) for _ in range(n)] for _ in range(n)]
+        if op.get("layout") == "aliased":  # block j goes out to j and comes back from j: same size
+            op["splits"] = [[op["splits"][min(i, j)][max(i, j)] for j in range(n)] for i in range(n)]
     return op
+
+
+def lay_out(torch, contents, layout):
+    """The list of tensors holding `contents`: separate tensors, or views of one tensor,
+    back to back ("views", "aliased") or with 3 elements between them ("gapped")."""
+    if layout == "separate":
+        return [c.clone() for c in contents]
+    gap = 3 if layout == "gapped" else 0
+    whole = torch.full((sum(c.numel() for c in contents) + gap * len(contents),), 55,
+                       dtype=contents[0].dtype if contents else torch.float32)
+    views, at = [], 0
+    for c in contents:
+        v = whole[at:at + c.numel()]
+        v.copy_(c)
+        views.append(v)
+        at += c.numel() + gap
+    return views
 
 
 # ------------------------------------------------------------------------------ a worker
@@ -301,6 +332,42 @@ def worker(args):
             w = dist.all_to_all_single(out, t, output_split_sizes=[sp[r][gr] for r in range(n)],
                                        input_split_sizes=sp[gr], group=g, async_op=asy)
             check = compare(out, want, dtype, None)
+        elif kind == "all_gather":
+            layout = op["layout"]
+            outs = lay_out(torch, [torch.full((count,), 77, dtype=getattr(torch, dtype)) for _ in range(n)],
+                           "views" if layout == "aliased" else layout)
+            t = inp(gr)
+            if layout == "aliased":
+                outs[gr].copy_(t)
+                t = outs[gr]
+            want = torch.cat([inp(r) for r in range(n)])
+            w = dist.all_gather(outs, t, group=g, async_op=asy)
+            check = compare(outs, want, dtype, None)
+        elif kind == "reduce_scatter":
+            ins = lay_out(torch, list(inp(gr, n).split(count)) if count else
+                          [inp(gr) for _ in range(n)], op["layout"])
+            out = torch.full((count,), 77, dtype=getattr(torch, dtype))
+            full = reduce_ref(torch, [inp(r, n) for r in range(n)], redop, dtype)
+            want = full[gr * count:(gr + 1) * count]
+            w = dist.reduce_scatter(out, ins, op=getattr(RO, redop), group=g, async_op=asy)
+            check = compare(out, want, dtype, redop)
+        elif kind == "all_to_all":
+            sp, layout = op["splits"], op["layout"]
+            t = make_input(torch, args.seed, i, gr, dtype, sum(sp[gr]), None)
+            ins = lay_out(torch, list(t.split(sp[gr])), "views" if layout == "aliased" else layout)
+            if layout == "aliased":
+                outs = ins
+            else:
+                outs = lay_out(torch, [torch.full((sp[r][gr],), 77, dtype=getattr(torch, dtype))
+                                       for r in range(n)], layout)
+            pieces = []
+            for r in range(n):
+                src = make_input(torch, args.seed, i, r, dtype, sum(sp[r]), None)
+                off = sum(sp[r][:gr])
+                pieces.append(src[off:off + sp[r][gr]])
+            want = torch.cat(pieces)
+            w = dist.all_to_all(outs, ins, group=g, async_op=asy)
+            check = compare(outs, want, dtype, None)
         elif kind == "gather":
             t = inp(gr)
             is_root = gr == op["root"]
