@@ -286,6 +286,16 @@ def worker(args):
         root_global = members[op["root"]]
         kind, dtype, redop, count, asy = op["kind"], op["dtype"], op["redop"], op["count"], op["async"]
         inp = lambda r, width=1: make_input(torch, args.seed, i, r, dtype, count, redop, width)  # noqa: E731
+
+        def received(sp):
+            """What group rank gr receives in an all-to-all with split sizes sp, in rank order."""
+            pieces = []
+            for r in range(n):
+                src = make_input(torch, args.seed, i, r, dtype, sum(sp[r]), None)
+                off = sum(sp[r][:gr])
+                pieces.append(src[off:off + sp[r][gr]])
+            return torch.cat(pieces)
+
         works, check = [], None
         where = f"{kind} {dtype} {redop or ''} count {count} group {op['group']} {'async' if asy else 'sync'}"
 
@@ -323,12 +333,7 @@ def worker(args):
             t = make_input(torch, args.seed, i, gr, dtype, in_rows, None)
             out_rows = sum(sp[r][gr] for r in range(n))
             out = torch.full((out_rows,), 77, dtype=getattr(torch, dtype))
-            pieces = []
-            for r in range(n):
-                src = make_input(torch, args.seed, i, r, dtype, sum(sp[r]), None)
-                off = sum(sp[r][:gr])
-                pieces.append(src[off:off + sp[r][gr]])
-            want = torch.cat(pieces)
+            want = received(sp)
             w = dist.all_to_all_single(out, t, output_split_sizes=[sp[r][gr] for r in range(n)],
                                        input_split_sizes=sp[gr], group=g, async_op=asy)
             check = compare(out, want, dtype, None)
@@ -360,12 +365,7 @@ def worker(args):
             else:
                 outs = lay_out(torch, [torch.full((sp[r][gr],), 77, dtype=getattr(torch, dtype))
                                        for r in range(n)], layout)
-            pieces = []
-            for r in range(n):
-                src = make_input(torch, args.seed, i, r, dtype, sum(sp[r]), None)
-                off = sum(sp[r][:gr])
-                pieces.append(src[off:off + sp[r][gr]])
-            want = torch.cat(pieces)
+            want = received(sp)
             w = dist.all_to_all(outs, ins, group=g, async_op=asy)
             check = compare(outs, want, dtype, None)
         elif kind == "gather":
