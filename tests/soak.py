@@ -26,7 +26,12 @@ and the list forms all_gather, reduce_scatter and all_to_all. Each list is laid 
 one of several ways (LAYOUTS), since ringx reads and writes some in place: separate
 tensors, back-to-back views of one tensor, views with gaps between them, and aliased
 (all_gather's input is its own block of the output list; all_to_all's output list is
-its input list, with split sizes that make that possible).
+its input list, with split sizes that make that possible). And two kinds that make
+several calls one op: "coalesced", a block of 1-4 all_reduces, all_gather_into_tensors
+or reduce_scatter_tensors of one dtype and reduce op under dist._coalescing_manager
+(with a device: the backend's startCoalescing/endCoalescing; without: torch's calls of
+the *_coalesced methods), and "batch_p2p", batch_isend_irecv around a ring of the group
+in one or both directions.
 About half the ops are async (isend/irecv for pairs); up to WINDOW async ops stay
 outstanding and are waited on in a random order.
 """
@@ -42,13 +47,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
 from ports import free_port  # noqa: E402  (tests/python/ports.py)
 
 KINDS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
-         "reduce", "gather", "scatter", "send_recv", "all_gather", "reduce_scatter", "all_to_all")
+         "reduce", "gather", "scatter", "send_recv", "all_gather", "reduce_scatter", "all_to_all", "coalesced", "batch_p2p")
+COALESCED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 LAYOUTS = {"all_gather": ("separate", "views", "gapped", "aliased"),
            "reduce_scatter": ("separate", "views", "gapped"),
            "all_to_all": ("separate", "views", "gapped", "aliased")}
@@ -107,12 +114,14 @@ def plan(rng, groups, max_count):
     kind = rng.choice(KINDS)
     gname, members = rng.choice(groups)
     n = len(members)
-    if kind == "send_recv" and n < 2:
+    if kind in ("send_recv", "batch_p2p") and n < 2:
         gname, members = groups[0]
         n = len(members)
     dtype = rng.choice(DTYPES)
     redop = None
-    if kind in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter"):
+    inner = rng.choice(COALESCED) if kind == "coalesced" else None
+    if kind in ("all_reduce", "reduce", "reduce_scatter_tensor", "reduce_scatter") or \
+            inner in ("all_reduce", "reduce_scatter_tensor"):
         ops = ["SUM", "PRODUCT", "MIN", "MAX"]
         if dtype in FLOATS:
             ops.append("AVG")
@@ -129,6 +138,11 @@ def plan(rng, groups, max_count):
         op.update(src=src, dst=dst)
     if kind in LAYOUTS:
         op["layout"] = rng.choice(LAYOUTS[kind])
+    if kind == "coalesced":
+        op.update(inner=inner, on_device=rng.random() < 0.5,
+                  counts=[max(0, draw_count(rng, max_count) // n) for _ in range(rng.randint(1, 4))])
+    if kind == "batch_p2p":
+        op["both_ways"] = rng.random() < 0.5
     if kind in ("all_to_all_single", "all_to_all"):
         if rng.random() < 0.5:
             op["splits"] = [[count] * n for _ in range(n)]
@@ -368,6 +382,50 @@ def worker(args):
             want = received(sp)
             w = dist.all_to_all(outs, ins, group=g, async_op=asy)
             check = compare(outs, want, dtype, None)
+        elif kind == "coalesced":
+            inner, results, wants = op["inner"], [], []
+            manager = dist._coalescing_manager(group=g, device=torch.device("cpu") if op["on_device"] else None,
+                                               async_ops=asy)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                with manager as cm:
+                    for k, c in enumerate(op["counts"]):
+                        piece = lambda r, width=1, k=k, c=c: make_input(  # noqa: E731
+                            torch, args.seed, i * 8 + k, r, dtype, c, redop, width)
+                        if inner == "all_reduce":
+                            t = piece(gr)
+                            wants.append(reduce_ref(torch, [piece(r) for r in range(n)], redop, dtype))
+                            dist.all_reduce(t, op=getattr(RO, redop), group=g)
+                        elif inner == "all_gather_into_tensor":
+                            t = torch.full((c * n,), 77, dtype=getattr(torch, dtype))
+                            wants.append(torch.cat([piece(r) for r in range(n)]))
+                            dist.all_gather_into_tensor(t, piece(gr), group=g)
+                        else:
+                            t = torch.full((c,), 77, dtype=getattr(torch, dtype))
+                            wants.append(reduce_ref(torch, [piece(r, n) for r in range(n)], redop,
+                                                    dtype)[gr * c:(gr + 1) * c])
+                            dist.reduce_scatter_tensor(t, piece(gr, n), op=getattr(RO, redop), group=g)
+                        results.append(t)
+            w = cm if asy else None
+            check = compare(results, torch.cat(wants) if wants else torch.empty(0), dtype, redop)
+            where += f" of {inner} x{len(op['counts'])} {'on a device' if op['on_device'] else 'no device'}"
+        elif kind == "batch_p2p":
+            ways = (1, -1) if op["both_ways"] else (1,)
+            p2ps, results, wants = [], [], []
+            for k, way in enumerate(ways):
+                to, frm = (gr + way) % n, (gr - way) % n
+                t = torch.full((count,), 77, dtype=getattr(torch, dtype))
+                p2ps.append(dist.P2POp(dist.isend, make_input(torch, args.seed, i * 8 + k, gr, dtype, count, None),
+                                       members[to], group=g))
+                p2ps.append(dist.P2POp(dist.irecv, t, members[frm], group=g))
+                results.append(t)
+                wants.append(make_input(torch, args.seed, i * 8 + k, frm, dtype, count, None))
+            reqs = dist.batch_isend_irecv(p2ps)
+            if not asy:
+                for req in reqs:
+                    req.wait()
+            w = reqs if asy else None
+            check = compare(results, torch.cat(wants), dtype, None)
         elif kind == "gather":
             t = inp(gr)
             is_root = gr == op["root"]
@@ -412,7 +470,7 @@ def worker(args):
 
         checker = (lambda check=check, where=where: (lambda e: f"{where}: {e}" if e else None)(check()))
         if asy and w is not None:
-            pending.append((i, [w], checker))
+            pending.append((i, w if isinstance(w, list) else [w], checker))
             if len(pending) >= WINDOW:
                 drain(False)
         else:
