@@ -432,16 +432,25 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   try {
     first->wait();
   } catch (const c10::DistBackendError&) {
+    // As gloo does, rank 0 names the ranks that did not pass, also when the
+    // barrier ended early because one of them closed its connection (left
+    // the group, or died): those it still waited for then.
     auto err = comm_->error();
-    if (rank_ == 0 && err && err->kind() == ErrorKind::Timeout && !err->awaited().empty()) {
+    const bool named = err && (err->kind() == ErrorKind::Timeout || err->kind() == ErrorKind::PeerClosed);
+    if (rank_ == 0 && named && !err->awaited().empty()) {
       const auto& missing = err->awaited();
       std::string list;
       for (size_t i = 0; i < (waitAllRanks ? missing.size() : 1); ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
       const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-      throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
-                        std::to_string(asked.count()) + " ms");
+      if (err->kind() == ErrorKind::Timeout) {
+        throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
+                          std::to_string(asked.count()) + " ms");
+      }
+      std::string cause = err->what();
+      if (cause.starts_with(call.ctx.prefix())) cause.erase(0, call.ctx.prefix().size());
+      throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier (" + cause + ")");
     }
     throw;
   }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 
 #include "core/transport/loopback/loopback_transport.h"
@@ -131,6 +132,16 @@ pid_t forkWhileOthersSleep() {
   return ::fork();
 }
 
+// Submits op 1 with schedule s; the future holds its error, if it fails.
+std::future<std::optional<Error>> submitted(Communicator& comm, const char* name, Schedule s) {
+  auto promise = std::make_shared<std::promise<std::optional<Error>>>();
+  auto op = std::make_unique<Op>(name, 1, std::move(s));
+  op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
+  auto outcome = promise->get_future();
+  comm.submit(std::move(op));
+  return outcome;
+}
+
 }  // namespace
 
 TEST_CASE("a dead peer with many receives in flight fails the op without cancelling inside a callback") {
@@ -141,13 +152,10 @@ TEST_CASE("a dead peer with many receives in flight fails the op without cancell
   Schedule s(DType::U8, ReduceOp::Sum);
   s.setAlgorithm("test");
   for (int i = 0; i < 64; ++i) s.recv(1, uint64_t(i), buf.data() + i * 1024, 1024);
-  auto promise = std::make_shared<std::promise<std::optional<Error>>>();
-  auto op = std::make_unique<Op>("all_reduce", 1, std::move(s));
-  op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
-  w.comms[0]->submit(std::move(op));
+  auto outcome = submitted(*w.comms[0], "all_reduce", std::move(s));
   std::this_thread::sleep_for(50ms);
   w.world.kill(1);
-  auto err = promise->get_future().get();
+  auto err = outcome.get();
   REQUIRE(err);
   CHECK(err->kind() == ErrorKind::PeerClosed);
   CHECK(contains(err, "connection to rank 1 closed"));
@@ -155,6 +163,23 @@ TEST_CASE("a dead peer with many receives in flight fails the op without cancell
   // Later ops fail at once with the cause, and the communicator shuts down cleanly.
   auto again = runOp(*w.comms[0], "barrier", 2, oneStep(DType::U8, {StepKind::Recv, 1, 99, buf.data(), nullptr, 1}));
   CHECK(contains(again, "failed earlier"));
+  w.comms.clear();
+}
+
+TEST_CASE("a closed peer's failure names every peer the op still waited for, itself included") {
+  // What a monitored barrier reports as the ranks that did not pass.
+  auto w = makeCheckedWorld(3, 5s);
+  std::vector<std::byte> buf(2);
+  Schedule s(DType::U8, ReduceOp::Sum);
+  s.setAlgorithm("test");
+  for (int p = 1; p <= 2; ++p) s.recv(p, 7, buf.data() + p - 1, 1);
+  auto outcome = submitted(*w.comms[0], "monitored_barrier", std::move(s));
+  std::this_thread::sleep_for(50ms);
+  w.world.kill(2);
+  auto err = outcome.get();
+  REQUIRE(err);
+  CHECK(err->kind() == ErrorKind::PeerClosed);
+  CHECK(err->awaited() == std::vector<int>{1, 2});
   w.comms.clear();
 }
 

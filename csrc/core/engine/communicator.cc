@@ -407,7 +407,13 @@ void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
   }
   const Step& st = a.op->schedule.steps()[id];
   if (!r.ok) {
-    fail(a, r.errorKind, r.error);
+    // Who the op still waited for, the failed transfer's peer included: a
+    // monitored barrier names them as the ranks that did not pass.
+    std::vector<int> awaited = awaitedPeers(a);
+    if (st.kind == StepKind::Recv && !std::binary_search(awaited.begin(), awaited.end(), st.peer)) {
+      awaited.insert(std::lower_bound(awaited.begin(), awaited.end(), st.peer), st.peer);
+    }
+    fail(a, r.errorKind, r.error, std::move(awaited));
   } else if (st.kind == StepKind::Recv && r.bytes != st.bytes) {
     fail(a, ErrorKind::InvalidArgument,
          "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
@@ -609,7 +615,8 @@ void Communicator::failOnDeadPeer() {
     const auto since = deadSince_.try_emplace(dead, now).first->second;
     for (auto& a : active_) {
       if (!a->ended && (stillNeeds(*a, dead) || now - since >= grace)) {
-        fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed");
+        fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed",
+             awaitedPeers(*a));
         return;
       }
     }
