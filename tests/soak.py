@@ -47,8 +47,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import warnings
 import time
+import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
 from ports import free_port  # noqa: E402  (tests/python/ports.py)
@@ -301,6 +301,10 @@ def worker(args):
         kind, dtype, redop, count, asy = op["kind"], op["dtype"], op["redop"], op["count"], op["async"]
         inp = lambda r, width=1: make_input(torch, args.seed, i, r, dtype, count, redop, width)  # noqa: E731
 
+        def my_reduced_block(make, c):
+            """Group rank gr's block of c elements of the reduction of every rank's make(r, n)."""
+            return reduce_ref(torch, [make(r, n) for r in range(n)], redop, dtype)[gr * c:(gr + 1) * c]
+
         def received(sp):
             """What group rank gr receives in an all-to-all with split sizes sp, in rank order."""
             pieces = []
@@ -337,8 +341,7 @@ def worker(args):
         elif kind == "reduce_scatter_tensor":
             t = inp(gr, n)
             out = torch.full((count,), 77, dtype=getattr(torch, dtype))
-            full = reduce_ref(torch, [inp(r, n) for r in range(n)], redop, dtype)
-            want = full[gr * count:(gr + 1) * count]
+            want = my_reduced_block(inp, count)
             w = dist.reduce_scatter_tensor(out, t, op=getattr(RO, redop), group=g, async_op=asy)
             check = compare(out, want, dtype, redop)
         elif kind == "all_to_all_single":
@@ -366,8 +369,7 @@ def worker(args):
             ins = lay_out(torch, list(inp(gr, n).split(count)) if count else
                           [inp(gr) for _ in range(n)], op["layout"])
             out = torch.full((count,), 77, dtype=getattr(torch, dtype))
-            full = reduce_ref(torch, [inp(r, n) for r in range(n)], redop, dtype)
-            want = full[gr * count:(gr + 1) * count]
+            want = my_reduced_block(inp, count)
             w = dist.reduce_scatter(out, ins, op=getattr(RO, redop), group=g, async_op=asy)
             check = compare(out, want, dtype, redop)
         elif kind == "all_to_all":
@@ -402,8 +404,7 @@ def worker(args):
                             dist.all_gather_into_tensor(t, piece(gr), group=g)
                         else:
                             t = torch.full((c,), 77, dtype=getattr(torch, dtype))
-                            wants.append(reduce_ref(torch, [piece(r, n) for r in range(n)], redop,
-                                                    dtype)[gr * c:(gr + 1) * c])
+                            wants.append(my_reduced_block(piece, c))
                             dist.reduce_scatter_tensor(t, piece(gr, n), op=getattr(RO, redop), group=g)
                         results.append(t)
             w = cm if asy else None

@@ -443,8 +443,8 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
       for (size_t i = 0; i < (waitAllRanks ? missing.size() : 1); ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
-      const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
       if (err->kind() == ErrorKind::Timeout) {
+        const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
         throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
                           std::to_string(asked.count()) + " ms");
       }
