@@ -434,8 +434,12 @@ class UcxTransport final : public Transport {
   TransferResult fromStatus(Pending* p, ucs_status_t status) {
     TransferResult r;
     if (status == UCS_OK) return r;
+    // UCX's sockets report a refused connection or a socket left with no peer
+    // (the peer's process ended) as NOT_CONNECTED, and that can fail a transfer
+    // before the endpoint's error callback marks the peer failed.
     if (p->peerClosed || (p->peer >= 0 && failed_[p->peer]) || status == UCS_ERR_CONNECTION_RESET ||
-        status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_UNREACHABLE) {
+        status == UCS_ERR_NOT_CONNECTED || status == UCS_ERR_ENDPOINT_TIMEOUT ||
+        status == UCS_ERR_UNREACHABLE) {
       return closedResult(p->peer);
     }
     // A same-host endpoint (no peer-failure mode) reports its peer's death as
