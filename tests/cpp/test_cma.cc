@@ -310,6 +310,78 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "single-copy all_to_all: a rank passing no split sizes and ranks passing uneven ones exchange "
+    "their blocks") {
+  auto scale = GENERATE(size_t{0}, size_t{5}, size_t{300000});
+  CAPTURE(scale);
+  const int size = 3;
+  CmaWorld w(size);
+  // Rank 0 sends and receives `scale` + 1 elements per peer (the even form);
+  // ranks 1 and 2 exchange different counts with each other.
+  auto count = [&](int src, int dst) {
+    return src == 0 || dst == 0 || src == dst ? scale + 1 : scale + size_t(2 + src);
+  };
+  onEachRank(size, [&](int r) {
+    auto message = [](int src, int dst, size_t i) { return cmaValue(src, dst * 1000003 + i); };
+    CollArgs a = w.args(Collective::AllToAll, r, 1);
+    std::vector<float> in, want;
+    for (int q = 0; q < size; ++q) {
+      a.sendOffsets.push_back(in.size() * 4);
+      a.sendBytes.push_back(count(r, q) * 4);
+      for (size_t i = 0; i < count(r, q); ++i) in.push_back(message(r, q, i));
+      a.recvOffsets.push_back(want.size() * 4);
+      a.recvBytes.push_back(count(q, r) * 4);
+      for (size_t i = 0; i < count(q, r); ++i) want.push_back(message(q, r, i));
+    }
+    std::vector<float> out(want.size(), -1);
+    a.evenSplits = r == 0;
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = in.size();
+    RANK_REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "cma");
+    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a)));
+    expectEach(r, "mixed-form all_to_all", out, [&](size_t i) { return want[i]; });
+  });
+}
+
+TEST_CASE(
+    "single-copy all_to_all with every table in a slot: a rank fails when two other ranks' split "
+    "sizes disagree, naming them") {
+  CmaWorld w(3);
+  std::vector<std::optional<Error>> errs(3);
+  onEachRank(3, [&](int r) {
+    // Rank 1 sends rank 2 three elements, rank 2 expects two; rank 0's pairs agree.
+    std::vector<size_t> sends{2, 2, 2}, recvs{2, 2, 2};
+    if (r == 1) sends[2] = 3;
+    const std::vector<float> in(7, float(r));
+    std::vector<float> out(7, -1);
+    CollArgs a = w.args(Collective::AllToAll, r, 1);
+    size_t at = 0, back = 0;
+    for (int q = 0; q < 3; ++q) {
+      a.sendOffsets.push_back(at);
+      a.sendBytes.push_back(sends[q] * 4);
+      at += sends[q] * 4;
+      a.recvOffsets.push_back(back);
+      a.recvBytes.push_back(recvs[q] * 4);
+      back += recvs[q] * 4;
+    }
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = 7;
+    errs[r] = runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a), 10s);
+  });
+  REQUIRE(errs[0]);
+  CHECK(errs[0]->kind() == ErrorKind::InvalidArgument);
+  CHECK_THAT(errs[0]->what(), Catch::Contains("ranks 1 and 2 disagree on their split sizes: rank 1 "
+                                              "sends rank 2 12 bytes and expects 8"));
+  for (int r = 1; r < 3; ++r) {
+    REQUIRE(errs[r]);
+    CHECK_THAT(errs[r]->what(), Catch::Contains("rank " + std::to_string(3 - r)) &&
+                                    Catch::Contains("split sizes disagree"));
+  }
+}
+
+TEST_CASE(
     "a single-copy call against a slot call of the same chunk fails on both ranks, naming the "
     "other") {
   CmaWorld w(2);
@@ -336,8 +408,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "the cost model takes the single copy where it applies, and alike on every rank for uneven "
-    "splits") {
+    "the cost model takes the single copy where it applies, and alike on every rank for all_to_all "
+    "with or without split sizes") {
   CmaWorld w(2);
   for (int r = 0; r < 2; ++r) {
     CollArgs a = w.args(Collective::AllGather, r, 1);
@@ -353,6 +425,16 @@ TEST_CASE(
     v.recvBytes = v.sendBytes;
     v.count = r == 0 ? 2 : 16u << 20;
     CHECK(selectAlgorithm(v, AlgoOverride("")).name == "cma");
+
+    // all_to_all without split sizes takes it at every size too: a peer may
+    // pass split sizes for the same blocks.
+    CollArgs e = w.args(Collective::AllToAll, r, 1);
+    e.sendBytes = {4, 4};
+    e.recvBytes = e.sendBytes;
+    e.count = 2;
+    e.evenSplits = true;
+    CHECK(selectAlgorithm(e, AlgoOverride("")).name == "cma");
+    CHECK(selectAlgorithm(e, AlgoOverride("all_to_all:shm")).name == "shm");
   }
 }
 

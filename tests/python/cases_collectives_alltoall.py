@@ -21,6 +21,10 @@ SPLIT_PATTERNS = {
     "zeros": lambda src, dst, ws, count: 0 if src == 0 or dst == ws - 1 else src + dst + 1,
     # large and uneven
     "large_uneven": lambda src, dst, ws, count: count + 97 * ((src + 2 * dst) % ws),
+    # rank 0 passes no split sizes (it sends and receives `count` per peer); the others pass
+    # them, uneven between each other (as gloo allows)
+    "mixed": lambda src, dst, ws, count: (count if 0 in (src, dst) or src == dst
+                                          else count + 1 + (src + 2 * dst) % 3),
 }
 
 
@@ -51,7 +55,7 @@ def all_to_all_single_variants(seed, dtype, variants):
         recvs = [split(variant, src, rank, ws, count) for src in range(ws)]
         inp = torch.cat([msg(seed, variant, rank, dst, dtype, sends[dst]) for dst in range(ws)])
         out = refs.perturb(expected_received(seed, variant, rank, ws, dtype, count))
-        if variant == "equal":
+        if variant == "equal" or (variant == "mixed" and rank == 0):
             dist.all_to_all_single(out, inp)
         else:
             dist.all_to_all_single(out, inp, output_split_sizes=recvs, input_split_sizes=sends)

@@ -17,6 +17,34 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
   return end;
 }
 
+// Where a rank passes no split sizes, its blocks are its tensor's rows cut
+// evenly: ranks whose tensors differ in size then disagree the same way.
+constexpr const char* kSplitRule =
+    "(rank j's output_split_sizes[i] must equal rank i's input_split_sizes[j]; without split "
+    "sizes, a rank's blocks are its tensor's rows cut evenly); the group is no longer usable, "
+    "create a new one";
+
+// Entry j of a split table that lies in a slot.
+CmaBlock entry(const std::byte* table, int j) {
+  CmaBlock b;
+  std::memcpy(&b, table + size_t(j) * sizeof(CmaBlock), sizeof(b));
+  return b;
+}
+
+// The exchange between ranks p and q as their tables describe it (entry q
+// of p's, entry p of q's): a third rank's check of a pair it is not in.
+void checkPair(int p, int q, const CmaBlock& pToQ, const CmaBlock& qToP) {
+  if (pToQ.sendBytes == qToP.recvBytes && pToQ.recvBytes == qToP.sendBytes) return;
+  throw Error(ErrorKind::InvalidArgument,
+              "ranks " + std::to_string(p) + " and " + std::to_string(q) +
+                  " disagree on their split sizes: rank " + std::to_string(p) + " sends rank " +
+                  std::to_string(q) + " " + std::to_string(pToQ.sendBytes) + " bytes and expects " +
+                  std::to_string(pToQ.recvBytes) + " from it, where rank " + std::to_string(q) +
+                  " expects " + std::to_string(qToP.recvBytes) + " and sends " +
+                  std::to_string(qToP.sendBytes) +
+                  " " + kSplitRule);
+}
+
 }  // namespace
 
 // Intra-host all-to-all, with or without split sizes, with one copy per byte
@@ -29,7 +57,8 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
 // pair that disagrees fails on both sides instead of copying the wrong
 // bytes), and reads its block straight out of each peer's input into its
 // output, starting with r + 1. A rank returns only once every peer has
-// finished reading its input (core/algorithms/cma_exchange.h). An input that
+// finished reading its input (core/algorithms/cma_exchange.h), except when
+// every rank's table and input lie in its slot (below). An input that
 // overlaps the output is first copied aside, since peers read it while this
 // rank writes its output. Inputs and outputs that are separate tensors
 // (CollArgs::inputBlocks, blocks) are read and written in place: the table
@@ -43,7 +72,6 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
   const int n = a.size, r = a.rank;
-  if (a.evenSplits && a.sendBytes[0] == 0) return s;
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
   const size_t inBytes = extent(a.sendOffsets, a.sendBytes);
@@ -107,7 +135,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
           const bool fromSlot = x.record(q).inlineBytes != 0;
           CmaBlock theirs = table[r];
           if (fromSlot)
-            std::memcpy(&theirs, x.peerSlot(q) + r * sizeof(CmaBlock), sizeof(theirs));
+            theirs = entry(x.peerSlot(q), r);
           else if (q != r)
             x.cma().read(q, &theirs, x.record(q).table + r * sizeof(CmaBlock), sizeof(theirs));
           if (theirs.sendBytes != table[q].recvBytes || theirs.recvBytes != table[q].sendBytes) {
@@ -118,9 +146,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     std::to_string(theirs.recvBytes) + " from it, where this rank " + "expects " +
                     std::to_string(table[q].recvBytes) + " and sends " +
                     std::to_string(table[q].sendBytes) +
-                    ": the ranks' split sizes disagree (rank j's output_split_sizes[i] must equal "
-                    "rank "
-                    "i's input_split_sizes[j]); the group is no longer usable, create a new one");
+                    ": the ranks' split sizes disagree " + kSplitRule);
           }
           if (!fromSlot) {
             x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[size_t(q)], theirs.sendBytes);
@@ -128,6 +154,20 @@ Schedule buildAllToAllCma(const CollArgs& a) {
             fromSlots.emplace_back(dst[size_t(q)], x.peerSlot(q) + tableBytes + theirs.sendOffset,
                                    theirs.sendBytes);
           }
+        }
+        // Every table in a slot: this rank checks the pairs it is not in as
+        // well, so that every rank fails when any pair disagrees, as their
+        // results would if they waited for the pair's verdict; and no peer
+        // reads this rank's memory, so it need not wait for their copies.
+        bool allInline = true;
+        for (int q = 0; q < n; ++q) allInline = allInline && x.record(q).inlineBytes != 0;
+        if (allInline) {
+          for (int p = 0; p < n; ++p) {
+            for (int q = p + 1; q < n; ++q) {
+              if (p != r && q != r) checkPair(p, q, entry(x.peerSlot(p), q), entry(x.peerSlot(q), p));
+            }
+          }
+          x.endWithOwnCopies();
         }
         for (auto [to, from, bytes] : fromSlots) {
           if (bytes) std::memcpy(to, from, bytes);

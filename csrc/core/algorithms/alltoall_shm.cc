@@ -29,7 +29,10 @@ Schedule buildAllToAllShm(const CollArgs& a) {
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
   const ShmChunks chunks(shm, blockElems, shm->slotBytes() / (size_t(n) * es));
-  const ShmArea::SlotHeader header = identityOf(a);
+  // Every rank cuts its blocks into chunks by the count: the ranks must agree
+  // on it, which the identity alone does not check for all_to_all.
+  ShmArea::SlotHeader header = identityOf(a);
+  header.count = a.count;
   const std::vector<size_t> sendOffsets = a.sendOffsets, recvOffsets = a.recvOffsets;
 
   StepId prev = kNoStep;

@@ -59,9 +59,12 @@ std::vector<int> CmaExchange::matchWaitsFor() const {
 }
 
 bool CmaExchange::match() {
-  const std::vector<int> behind = matchWaitsFor();
-  if (!behind.empty()) {
-    checkAlive(behind);
+  // Polled in a loop while peers catch up: no allocation until one lags.
+  const bool allPublished = std::all_of(peers_.begin(), peers_.end(), [&](int p) {
+    return dead_[size_t(p)] || shm_->counter(p).load(std::memory_order_acquire) >= 2 * id_ - 1;
+  });
+  if (!allPublished) {
+    checkAlive(&CmaExchange::matchWaitsFor);
     return failure_.has_value();
   }
   // A peer that failed in this same call is reported after this rank's own
@@ -147,6 +150,12 @@ bool CmaExchange::transfer() {
   // Peers that copy into this rank's buffer, or whose result this rank's
   // share completes, must not take it for whole.
   if (failure_) publishFailure(kFailedAfterPublishing);
+  if (!waitForPeers_ && !failure_) {
+    // One store and one ring for both steps: nothing is left to wait for.
+    finished_ = true;
+    shm_->finishChunk(id_);
+    return true;
+  }
   shm_->counter(rank()).store(2 * id_, std::memory_order_release);
   shm_->ring();
   nextAliveCheck_ = std::chrono::steady_clock::now() + kAliveCheckEvery;
@@ -172,9 +181,9 @@ std::vector<int> CmaExchange::finishWaitsFor() const {
 }
 
 bool CmaExchange::finish() {
-  const std::vector<int> waiting = finishWaitsFor();
-  if (!waiting.empty()) {
-    checkAlive(waiting);
+  if (finished_) return true;
+  if (!std::all_of(peers_.begin(), peers_.end(), [&](int p) { return doneWith(p); })) {
+    checkAlive(&CmaExchange::finishWaitsFor);
     if (!finishWaitsFor().empty()) return false;
   }
   for (int p : peers_) {
@@ -219,11 +228,11 @@ bool CmaExchange::stillPublished(int peer) const {
   return theirs == mine_;
 }
 
-void CmaExchange::checkAlive(const std::vector<int>& ranks) {
+void CmaExchange::checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const) {
   const auto now = std::chrono::steady_clock::now();
   if (now < nextAliveCheck_) return;
   nextAliveCheck_ = now + kAliveCheckEvery;
-  for (int p : ranks) {
+  for (int p : (this->*waitingFor)()) {
     if (p == rank() || cma_->alive(p)) continue;
     dead_[size_t(p)] = true;
     fail(Error(ErrorKind::PeerClosed,

@@ -18,7 +18,9 @@
 //      thread stays responsive; counter := 2 id (this rank copies no more).
 //   4. finish: once no peer can still be copying from or into this rank's
 //      buffer (its counter >= 2 id, or it published another identity and so
-//      never matches, or its process is gone), the op ends.
+//      never matches, or its process is gone), the op ends. A plan under
+//      which peers copy only out of slots ends it at step 3 instead
+//      (endWithOwnCopies).
 // A failure at any step (different identities, a peer that died, a copy
 // that failed, split sizes that disagree) is recorded, the rest of the
 // copies are skipped, the header is marked failed, and the op still waits
@@ -116,6 +118,12 @@ class CmaExchange {
   using Fill = std::function<void(std::byte* slot)>;
   void setFill(Fill fill) { fill_ = std::move(fill); }
   const std::byte* peerSlot(int peer) const { return shm_->slot(peer, which_); }
+  // For the plan, when no peer copies from or into this rank's buffers (every
+  // record is inline, so peers copy out of slots) and the plan has checked
+  // everything a peer could fail on: the op then ends once this rank's own
+  // copies are done instead of waiting at step 4 for its peers' (the slots
+  // stay theirs to read until every rank has finished the chunk).
+  void endWithOwnCopies() { waitForPeers_ = false; }
 
  private:
   struct Transfer {
@@ -125,9 +133,9 @@ class CmaExchange {
     size_t bytes;
     bool write;
   };
-  // Whether it is time to look for dead peers among `ranks` (every 100 ms
-  // of waiting); marks and reports those found.
-  void checkAlive(const std::vector<int>& ranks);
+  // Every 100 ms of waiting, looks for dead peers among the ranks a step
+  // waits for (the list made only then); marks and reports those found.
+  void checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const);
   bool doneWith(int peer) const;
   // Whether a peer's header is this call's, marked as failed (step 3).
   bool failedSameCall(const CollIdentity& theirs) const;
@@ -156,6 +164,7 @@ class CmaExchange {
   size_t offset_ = 0;
   bool publishedOwn_ = false;
   bool finished_ = false;
+  bool waitForPeers_ = true;
   std::vector<bool> dead_;
   std::optional<Error> failure_;
   CmaCause cause_;

@@ -79,16 +79,17 @@ inline uint64_t collTag(uint64_t seq, uint64_t index) {
 inline constexpr uint64_t kIdentityTagIndex = kMaxTagIndex;
 
 // The identity every rank must share for this call (see core/common/identity.h).
-// all_to_all with split sizes leaves the count out: the ranks' totals may
-// differ, and each block's length is checked by its receive instead. A
-// barrier is its kind and number alone.
+// all_to_all leaves the count out: with split sizes the ranks' totals may
+// differ, and a rank may pass split sizes where another passes none (as gloo
+// allows); each block's length is checked by its receive, or against the
+// peer's table, instead. A barrier is its kind and number alone.
 inline CollIdentity identityOf(const CollArgs& a) {
   CollIdentity id;
   id.seq = a.seq;
   id.kind = uint8_t(a.coll);
   if (a.coll == Collective::Barrier) return id;
   id.dtype = uint8_t(a.dtype);
-  id.count = a.coll == Collective::AllToAll && !a.evenSplits ? 0 : a.count;
+  id.count = a.coll == Collective::AllToAll ? 0 : a.count;
   const bool rooted = a.coll == Collective::Broadcast || a.coll == Collective::Reduce ||
                       a.coll == Collective::Gather || a.coll == Collective::Scatter;
   id.root = rooted ? a.root : -1;

@@ -185,14 +185,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return kCost.cmaSyncUs + kCost.cmaCallUs + N * kCost.cmaUsPerByte;
   }
   if (alg.build == &buildAllToAllCma) {
-    // With split sizes the ranks' byte counts differ, and so would their
-    // estimates: the choice must be the same on every rank, and where it
-    // applies the single copy beats sending through UCX at every size.
-    if (!a.evenSplits) return 0;
-    // N is the whole input: a table read and a block read per peer, one
-    // block copied locally.
-    return kCost.cmaSyncUs + (n - 1) * (2 * kCost.cmaCallUs + N / n * kCost.cmaUsPerByte) +
-           N / n * kCost.copyUsPerByte;
+    // Taken at every size, with split sizes or without: with them the ranks'
+    // byte counts differ, and so would their estimates, but the choice must
+    // be the same on every rank; and a rank may pass split sizes where
+    // another passes none (gloo allows it), so both forms must choose alike.
+    // Small inputs go through the slots (CmaRecord::inlineBytes).
+    return 0;
   }
   if (alg.build == &buildAllGatherRing) {
     return (n - 1) * (alpha + N * beta);
