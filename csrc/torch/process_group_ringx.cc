@@ -417,6 +417,9 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     seq = s;
     Schedule sched(DType::U8, ReduceOp::Sum);
     sched.setAlgorithm("monitored");
+    // A rank that left does not end rank 0's wait for the others (gloo's
+    // neither): only those that never arrive are named with it.
+    sched.setWaitOutClosedPeers();
     for (int p = 1; p < size_ && rank_ == 0; ++p) sched.recv(p, collTag(s, 0), nullptr, 0);
     if (rank_ != 0) sched.send(0, collTag(s, 0), nullptr, 0);
     return sched;
@@ -432,9 +435,9 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   try {
     first->wait();
   } catch (const c10::DistBackendError&) {
-    // As gloo does, rank 0 names the ranks that did not pass, also when the
-    // barrier ended early because one of them closed its connection (left
-    // the group, or died): those it still waited for then.
+    // As gloo does, rank 0 names the ranks that did not pass: those that
+    // closed their connection (left the group, or died) and, on a timeout,
+    // those that never arrived.
     auto err = comm_->error();
     const bool named = err && (err->kind() == ErrorKind::Timeout || err->kind() == ErrorKind::PeerClosed);
     if (rank_ == 0 && named && !err->awaited().empty()) {

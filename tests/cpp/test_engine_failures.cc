@@ -183,6 +183,61 @@ TEST_CASE("a closed peer's failure names every peer the op still waited for, its
   w.comms.clear();
 }
 
+namespace {
+
+// Rank 0 of a 4-rank world waits out closed peers for a byte from each of
+// ranks 1-3 (into buf); rank 3 then dies.
+std::future<std::optional<Error>> arrivalsThenRank3Dies(CheckedWorld& w, std::vector<std::byte>& buf) {
+  Schedule s(DType::U8, ReduceOp::Sum);
+  s.setAlgorithm("test");
+  s.setWaitOutClosedPeers();
+  for (int p = 1; p <= 3; ++p) s.recv(p, 7, buf.data() + p - 1, 1);
+  auto outcome = submitted(*w.comms[0], "monitored_barrier", std::move(s));
+  std::this_thread::sleep_for(50ms);
+  w.world.kill(3);
+  return outcome;
+}
+
+std::optional<Error> arrive(CheckedWorld& w, int rank) {
+  static const std::byte one{1};
+  return runOp(*w.comms[rank], "monitored_barrier", 1, oneStep(DType::U8, {StepKind::Send, 0, 7, nullptr, &one, 1}));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "an op that waits out closed peers goes on receiving from the others, then names only the peer "
+    "that closed") {
+  auto w = makeCheckedWorld(4, 5s);
+  std::vector<std::byte> buf(3);
+  auto outcome = arrivalsThenRank3Dies(w, buf);
+  // Long after the close (and the engine's 1 s grace for dead peers), ranks
+  // 1 and 2 arrive: the op has waited for them.
+  std::this_thread::sleep_for(1500ms);
+  REQUIRE(outcome.wait_for(0s) == std::future_status::timeout);
+  REQUIRE_FALSE(arrive(w, 1));
+  REQUIRE_FALSE(arrive(w, 2));
+  auto err = outcome.get();
+  REQUIRE(err);
+  CHECK(err->kind() == ErrorKind::PeerClosed);
+  CHECK(err->awaited() == std::vector<int>{3});
+  CHECK(buf[0] == std::byte{1});
+  CHECK(buf[1] == std::byte{1});
+  w.comms.clear();
+}
+
+TEST_CASE("an op that waits out closed peers times out naming the peers that closed and those that never sent") {
+  auto w = makeCheckedWorld(4, 300ms);
+  std::vector<std::byte> buf(3);
+  auto outcome = arrivalsThenRank3Dies(w, buf);
+  REQUIRE_FALSE(arrive(w, 2));
+  auto err = outcome.get();
+  REQUIRE(err);
+  CHECK(err->kind() == ErrorKind::Timeout);
+  CHECK(err->awaited() == std::vector<int>{1, 3});
+  w.comms.clear();
+}
+
 TEST_CASE("a failed op is reported only once none of its receives can still write into its buffers") {
   auto w = makeCheckedWorld(2, 5s);
   // Rank 0's op posts a receive that rank 1 never matches, then a send that

@@ -460,6 +460,18 @@ def test_monitored_barrier_names_ranks_that_left(ws, missing, wait_all):
     assert duration(rec) < 0.9 * FAULT_TIMEOUT, out.report()
 
 
+@pytest.mark.parametrize("wait_all", [0, 1])
+def test_monitored_barrier_waits_for_late_ranks_after_one_left(wait_all):
+    """Rank 3 leaves while rank 1 arrives late but within the timeout: as in gloo, rank 0
+    waits for rank 1 and names only rank 3."""
+    out = launch("monitored.py", 4, "3", FAULT_TIMEOUT, wait_all, "exit", "1")
+    for r in range(3):
+        assert_clean_exit(out[r], out)
+    rec = out[0].result("barrier")
+    assert_error(rec, out, words=("monitored_barrier", "rank(s) 3 failed to pass", "connection to rank 3 closed"))
+    log(f"monitored_barrier: rank 0 after {duration(rec):.2f} s: {rec['msg']}")
+    assert 0.35 * FAULT_TIMEOUT <= duration(rec) < 0.9 * FAULT_TIMEOUT, out.report()
+
 
 @pytest.mark.parametrize("ws,missing,wait_all", [(3, "2", 0), (4, "1,3", 1)])
 def test_monitored_barrier_names_missing_ranks(ws, missing, wait_all):

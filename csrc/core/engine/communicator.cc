@@ -56,6 +56,10 @@ struct Communicator::Active {
   // Steps enqueued on the device, done when their event fires.
   std::vector<std::pair<StepId, std::unique_ptr<DeviceEvent>>> onDevice;
   size_t stepsDone = 0;
+  // Receives ended by their peer's closed connection, in an op that waits
+  // them out (Schedule::setWaitOutClosedPeers), and the first one's error.
+  std::vector<int> closedPeers;
+  std::string closedError;
   Clock::time_point deadline;
   ReduceFn reduce = nullptr;
   bool ended = false;
@@ -406,7 +410,12 @@ void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
     return;
   }
   const Step& st = a.op->schedule.steps()[id];
-  if (!r.ok) {
+  if (!r.ok && r.errorKind == ErrorKind::PeerClosed && st.kind == StepKind::Recv && st.peer >= 0 &&
+      a.op->schedule.waitsOutClosedPeers()) {
+    if (a.closedPeers.empty()) a.closedError = r.error;
+    a.closedPeers.insert(std::lower_bound(a.closedPeers.begin(), a.closedPeers.end(), st.peer), st.peer);
+    stepDone(a, id);
+  } else if (!r.ok) {
     // Who the op still waited for, the failed transfer's peer included: a
     // monitored barrier names them as the ranks that did not pass.
     std::vector<int> awaited = awaitedPeers(a);
@@ -430,7 +439,12 @@ void Communicator::stepDone(Active& a, StepId id) {
   for (StepId d : a.op->schedule.dependents()[id]) {
     if (--a.remaining[d] == 0) a.ready.push_back(d);
   }
-  if (a.stepsDone == a.remaining.size()) finish(a);
+  if (a.stepsDone < a.remaining.size()) return;
+  if (a.closedPeers.empty()) {
+    finish(a);
+  } else {
+    fail(a, ErrorKind::PeerClosed, a.closedError, a.closedPeers);
+  }
 }
 
 // onDone only publishes; should it throw anyway, the op has ended and the
@@ -572,6 +586,15 @@ bool Communicator::reapFinished() {
   return active_.size() != before;
 }
 
+// The peers an op that waits out closed connections never heard from: those
+// it still waits for, and those that closed.
+std::vector<int> Communicator::withClosedPeers(const Active& a, std::vector<int> awaited) {
+  awaited.insert(awaited.end(), a.closedPeers.begin(), a.closedPeers.end());
+  std::sort(awaited.begin(), awaited.end());
+  awaited.erase(std::unique(awaited.begin(), awaited.end()), awaited.end());
+  return awaited;
+}
+
 std::vector<int> Communicator::awaitedPeers(const Active& a) const {
   std::set<int> recvFrom, sendTo;
   for (auto& [step, tid] : a.inflight) {
@@ -614,6 +637,9 @@ void Communicator::failOnDeadPeer() {
   for (int dead : transport_->failedPeers()) {
     const auto since = deadSince_.try_emplace(dead, now).first->second;
     for (auto& a : active_) {
+      // Its receive from the dead peer ends by itself (the transport's), and
+      // it waits for the others whatever happened to this one.
+      if (a->op->schedule.waitsOutClosedPeers()) continue;
       if (!a->ended && (stillNeeds(*a, dead) || now - since >= grace)) {
         fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed",
              awaitedPeers(*a));
@@ -675,7 +701,7 @@ void Communicator::checkDeadlines() {
              std::to_string(a->remaining.size()) +
              " steps done). Every rank must call the same collectives in the same order; a peer may "
              "have stalled or died. Raise the limit with init_process_group(timeout=...).",
-         awaitedPeers(*a));
+         withClosedPeers(*a, awaitedPeers(*a)));
   }
 }
 

@@ -160,6 +160,7 @@ class Communicator {
   bool forkedChild() const;
   std::string describeAwaited(const Active& a) const;
   std::vector<int> awaitedPeers(const Active& a) const;
+  static std::vector<int> withClosedPeers(const Active& a, std::vector<int> awaited);
   std::string prefix(const Op& op) const;
 
   std::unique_ptr<Transport> transport_;

@@ -209,6 +209,12 @@ class Schedule {
 
   void setScaleFactor(double f) { scaleFactor_ = f; }
   void setAlgorithm(std::string name) { algorithm_ = std::move(name); }
+  // A receive whose peer closed its connection does not end the op at once:
+  // the op goes on waiting for its other receives (to the deadline), then
+  // fails naming every peer that closed or never sent, as gloo's
+  // monitored_barrier does with wait_all_ranks.
+  void setWaitOutClosedPeers() { waitOutClosedPeers_ = true; }
+  bool waitsOutClosedPeers() const { return waitOutClosedPeers_; }
 
   DType dtype() const { return dtype_; }
   const DeviceQueue& device() const { return device_; }
@@ -223,6 +229,7 @@ class Schedule {
   DType dtype_;
   ReduceOp op_;
   double scaleFactor_ = 1.0;
+  bool waitOutClosedPeers_ = false;
   DeviceQueue device_;
   std::string algorithm_;
   std::vector<Step> steps_;
