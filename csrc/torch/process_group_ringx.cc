@@ -152,7 +152,7 @@ ProcessGroupRingx::~ProcessGroupRingx() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupRingx::getBackendOptions() {
-  return c10::make_intrusive<Options>("ringx", timeout_);
+  return c10::make_intrusive<Options>("ringx", timeout_.load());
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::split(const c10::intrusive_ptr<c10d::Store>& store,
@@ -176,7 +176,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::split(const c10::intrusive_
   if (store == lastSplitStore_ && ranks == lastSplitRanks_) {
     if (auto same = lastSplit_.lock()) return same;
   }
-  const auto timeout = opts ? opts->timeout : timeout_;
+  const auto timeout = opts ? opts->timeout : timeout_.load();
   c10::intrusive_ptr<c10d::Backend> group =
       c10::make_intrusive<ProcessGroupRingx>(store, int(me - ranks.begin()), int(ranks.size()), timeout);
   lastSplitStore_ = store;
@@ -207,7 +207,7 @@ c10d::ErrorType ProcessGroupRingx::getError() {
 // fails at once in gloo); the engine reads an op timeout of 0 as "the
 // communicator's default", so it becomes the shortest the engine keeps.
 std::chrono::milliseconds ProcessGroupRingx::timeoutFor(std::chrono::milliseconds requested) const {
-  if (requested == c10d::kUnsetTimeout) return timeout_;
+  if (requested == c10d::kUnsetTimeout) return timeout_.load();
   return std::max(requested, std::chrono::milliseconds(1));
 }
 
@@ -218,7 +218,7 @@ ProcessGroupRingx::Call ProcessGroupRingx::begin(const char* op, c10d::OpType ty
 }
 
 ProcessGroupRingx::Call ProcessGroupRingx::beginP2P(const char* op, c10d::OpType type) {
-  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_, &p2pSeq_, op, {}, {}, SIZE_MAX,
+  return Call{CallContext{op, rank_, size_, p2pSeq_ + 1}, type, timeout_.load(), &p2pSeq_, op, {}, {}, SIZE_MAX,
               false, held_ ? this : nullptr};
 }
 
@@ -447,7 +447,7 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
       if (err->kind() == ErrorKind::Timeout) {
-        const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+        const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_.load() : opts.timeout;
         throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
                           std::to_string(asked.count()) + " ms");
       }

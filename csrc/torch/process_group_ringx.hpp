@@ -135,7 +135,9 @@ class ProcessGroupRingx : public c10d::Backend {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
-  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  // torch's _set_pg_timeout (through Backend._set_default_timeout): later calls
+  // without a timeout of their own take it, from whichever thread they come.
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_.store(timeout); }
   void abort() override;
   void shutdown() override;
   c10d::ErrorType getError() override;
@@ -305,7 +307,7 @@ class ProcessGroupRingx : public c10d::Backend {
   HostLayout hostLayout_;
   // Shared with the Works, whose wait() drives it.
   std::shared_ptr<Communicator> comm_;
-  std::chrono::milliseconds timeout_;
+  std::atomic<std::chrono::milliseconds> timeout_;
   std::mutex submitMu_;
   // Settings read once, when the group is built (the ranks agreed on them).
   size_t segmentBytes_ = 0;

@@ -183,9 +183,10 @@ def _register():
 if _load_error is None:
     algorithms = _C.algorithms
     _register()
-    from . import _coalescing
+    from . import _coalescing, _pg_timeout
 
     _coalescing.install()
+    _pg_timeout.install()
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

@@ -4,6 +4,7 @@ all_reduce, coalescing with a device (one Work per batch) and the profiler recor
 
 import datetime
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -94,6 +95,31 @@ def monitored_barrier_backend_all_arrive():
     took = time.monotonic() - t0
     dist.destroy_process_group(group)
     return took
+
+
+def set_pg_timeout_then_time_out(new_timeout_s, how):
+    """A group made with a 60 s timeout gets `new_timeout_s` through torch's
+    _set_pg_timeout (how "_set_pg_timeout") or ProcessGroup.set_timeout; rank 0 then
+    calls an all_reduce that no other rank joins.  Returns (warnings raised while
+    setting it, rank 0's error type or None, seconds)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=60))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if how == "_set_pg_timeout":
+            dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=new_timeout_s), group)
+        else:
+            group.set_timeout(datetime.timedelta(seconds=new_timeout_s))
+    error, t0 = None, time.monotonic()
+    if r == 0:
+        try:
+            dist.all_reduce(torch.ones(4), group=group)
+        except Exception as e:  # noqa: BLE001 - the type is the result
+            error = type(e).__name__
+    took = time.monotonic() - t0
+    dist.barrier()
+    dist.destroy_process_group(group)
+    return [str(w.message) for w in caught], error, took
 
 
 # ---------------------------------------------------------------- sparse all_reduce

@@ -115,6 +115,18 @@ def test_monitored_barrier_backend_passes_when_all_arrive(worlds, ws):
     assert all(isinstance(t, float) and t < 10 for t in results), results
 
 
+@pytest.mark.parametrize("how", ("_set_pg_timeout", "set_timeout"))
+def test_set_pg_timeout_sets_the_timeout_of_later_calls(worlds, how):
+    """torch's _set_pg_timeout reaches ringx groups (torch 2.13 itself sets only gloo and
+    NCCL ones, warning for the others), as does ProcessGroup.set_timeout: a call after it
+    times out at the new limit."""
+    results = worlds.run(2, cases.set_pg_timeout_then_time_out, new_timeout_s=1.0, how=how)
+    caught, error, took = results[0]
+    assert caught == [] and results[1][0] == [], results
+    assert error == ("RuntimeError" if harness.BACKEND == "gloo" else "DistBackendError"), results
+    assert 0.8 <= took < 10, results
+
+
 # ---------------------------------------------------------------- sparse all_reduce
 
 SPARSE_CASES = [((6,), 1, "float32"), ((5, 4), 2, "float64"), ((6, 3), 1, "int64"),
