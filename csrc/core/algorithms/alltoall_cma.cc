@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/algorithms/cma_exchange.h"
@@ -75,13 +74,14 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = static_cast<const std::byte*>(a.input);
   const size_t inBytes = extent(a.sendOffsets, a.sendBytes);
-  // Where this rank's block for rank j lies, and where rank q's block goes.
-  std::vector<const std::byte*> src(static_cast<size_t>(n));
-  std::vector<std::byte*> dst(static_cast<size_t>(n));
+  // Where this rank's block for rank j lies, and where rank q's block goes:
+  // in the schedule's scratch, which the steps below point into (small
+  // calls are where building the schedule shows).
+  auto** src = reinterpret_cast<const std::byte**>(s.scratch(n * sizeof(std::byte*)));
+  auto** dst = reinterpret_cast<std::byte**>(s.scratch(n * sizeof(std::byte*)));
   for (int j = 0; j < n; ++j) {
-    src[size_t(j)] = a.inputBlocks.empty() ? in + a.sendOffsets[j]
-                                           : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
-    dst[size_t(j)] = a.blocks.empty() ? out + a.recvOffsets[j] : static_cast<std::byte*>(a.blocks[size_t(j)]);
+    src[j] = a.inputBlocks.empty() ? in + a.sendOffsets[j] : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
+    dst[j] = a.blocks.empty() ? out + a.recvOffsets[j] : static_cast<std::byte*>(a.blocks[size_t(j)]);
   }
 
   // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
@@ -94,7 +94,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   if (!inlined && a.inputBlocks.empty() && inBytes) {
     for (int q = 0; q < n; ++q) {
       const size_t bytes = a.recvBytes[q];
-      if (bytes && in < dst[size_t(q)] + bytes && dst[size_t(q)] < in + inBytes) inputOverlapsOutput = true;
+      if (bytes && in < dst[q] + bytes && dst[q] < in + inBytes) inputOverlapsOutput = true;
     }
   }
   StepId staged = kNoStep;
@@ -102,25 +102,24 @@ Schedule buildAllToAllCma(const CollArgs& a) {
     std::byte* copy = s.scratch(inBytes);
     staged = s.copy(copy, in, inBytes);
     in = copy;
-    for (int j = 0; j < n; ++j) src[size_t(j)] = in + a.sendOffsets[j];
+    for (int j = 0; j < n; ++j) src[j] = in + a.sendOffsets[j];
   }
   // Separate input blocks read from this rank's memory: their addresses
   // stand as offsets from 0. Inline, every input lies packed in the slot.
   const bool absolute = !inlined && !a.inputBlocks.empty();
   auto* table = reinterpret_cast<CmaBlock*>(s.scratch(n * sizeof(CmaBlock)));
   for (int j = 0; j < n; ++j) {
-    const uint64_t at = absolute ? reinterpret_cast<uint64_t>(src[size_t(j)]) : a.sendOffsets[j];
+    const uint64_t at = absolute ? reinterpret_cast<uint64_t>(src[j]) : a.sendOffsets[j];
     table[j] = {at, a.sendBytes[j], a.recvBytes[j]};
   }
   const CmaRecord mine{absolute ? 0 : reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
                        inlined ? tableBytes + inBytes : 0};
   CmaExchange::Fill fill;
   if (inlined) {
-    const std::vector<size_t> sendOffsets = a.sendOffsets, sendBytes = a.sendBytes;
     fill = [=](std::byte* slot) {
       std::memcpy(slot, table, n * sizeof(CmaBlock));
       for (int j = 0; j < n; ++j) {
-        if (sendBytes[j]) std::memcpy(slot + tableBytes + sendOffsets[j], src[size_t(j)], sendBytes[j]);
+        if (table[j].sendBytes) std::memcpy(slot + tableBytes + table[j].sendOffset, src[j], table[j].sendBytes);
       }
     };
   }
@@ -128,8 +127,6 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   addCmaExchange(
       s, a.shm, a.cma, cmaIdentity(a, &buildAllToAllCma), mine,
       [=](CmaExchange& x) {
-        // Copies out of slots wait until every pair is checked, as reads do.
-        std::vector<std::tuple<std::byte*, const std::byte*, size_t>> fromSlots;
         for (int k = 0; k < n; ++k) {
           const int q = (r + k) % n;
           const bool fromSlot = x.record(q).inlineBytes != 0;
@@ -148,12 +145,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     std::to_string(table[q].sendBytes) +
                     ": the ranks' split sizes disagree " + kSplitRule);
           }
-          if (!fromSlot) {
-            x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[size_t(q)], theirs.sendBytes);
-          } else {
-            fromSlots.emplace_back(dst[size_t(q)], x.peerSlot(q) + tableBytes + theirs.sendOffset,
-                                   theirs.sendBytes);
-          }
+          if (!fromSlot) x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[q], theirs.sendBytes);
         }
         // Every table in a slot: this rank checks the pairs it is not in as
         // well, so that every rank fails when any pair disagrees, as their
@@ -169,8 +161,11 @@ Schedule buildAllToAllCma(const CollArgs& a) {
           }
           x.endWithOwnCopies();
         }
-        for (auto [to, from, bytes] : fromSlots) {
-          if (bytes) std::memcpy(to, from, bytes);
+        // Copies out of slots wait until every pair is checked, as reads do.
+        for (int q = 0; q < n; ++q) {
+          if (x.record(q).inlineBytes == 0) continue;
+          const CmaBlock theirs = entry(x.peerSlot(q), r);
+          if (theirs.sendBytes) std::memcpy(dst[q], x.peerSlot(q) + tableBytes + theirs.sendOffset, theirs.sendBytes);
         }
       },
       staged, -1, std::move(fill));
