@@ -135,8 +135,9 @@ class ProcessGroupRingx : public c10d::Backend {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
-  // torch's _set_pg_timeout (through Backend._set_default_timeout): later calls
-  // without a timeout of their own take it, from whichever thread they come.
+  // Backend.set_timeout, which ringx's wrapper of torch's _set_pg_timeout
+  // calls: later calls without a timeout of their own take it, from whichever
+  // thread they come.
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_.store(timeout); }
   void abort() override;
   void shutdown() override;

@@ -14,7 +14,7 @@ import torch.distributed.distributed_c10d as _c10d
 from . import _C
 
 
-def _ringx_and_other_devices(group):
+def _ringx_and_other_backends(group):
     ringx, other = [], []
     for device in group._device_types:
         backend = group._get_backend(device)
@@ -27,7 +27,7 @@ def _also_for_ringx(set_pg_timeout):
         target = _c10d._get_default_group() if group is None else group
         if _c10d._rank_not_in_group(target) or not isinstance(target, _c10d.ProcessGroup):
             return set_pg_timeout(timeout, group)
-        ringx, other = _ringx_and_other_devices(target)
+        ringx, other = _ringx_and_other_backends(target)
         if other or not ringx:
             set_pg_timeout(timeout, group)
         for backend in ringx:

@@ -54,6 +54,26 @@ std::vector<float> cmaInput(int q, size_t n) {
   return v;
 }
 
+// Rank src's all_to_all message to dst: element i is cmaValue(src, dst * 1000003 + i).
+float message(int src, int dst, size_t i) { return cmaValue(src, dst * 1000003 + i); }
+
+// Rank r's part of an all_to_all in which rank src sends rank dst
+// count(src, dst) elements: its offsets and lengths in `a`, its packed input,
+// and what it must receive.
+template <typename Count>
+void layOutAllToAll(CollArgs& a, int size, Count count, std::vector<float>& in,
+                    std::vector<float>& want) {
+  const int r = a.rank;
+  for (int q = 0; q < size; ++q) {
+    a.sendOffsets.push_back(in.size() * 4);
+    a.sendBytes.push_back(count(r, q) * 4);
+    for (size_t i = 0; i < count(r, q); ++i) in.push_back(message(r, q, i));
+    a.recvOffsets.push_back(want.size() * 4);
+    a.recvBytes.push_back(count(q, r) * 4);
+    for (size_t i = 0; i < count(q, r); ++i) want.push_back(message(q, r, i));
+  }
+}
+
 // Elements rank src sends rank dst in the uneven all_to_all: zero for some
 // pairs (and for everything rank 0 sends), up to `scale` + 6 for others.
 size_t split(int src, int dst, size_t scale) {
@@ -217,22 +237,10 @@ TEST_CASE(
   CAPTURE(size, scale);
   CmaWorld w(size);
   onEachRank(size, [&](int r) {
-    // Rank src's message to dst: element i is cmaValue(src, dst * 1000003 + i).
-    auto message = [](int src, int dst, size_t i) { return cmaValue(src, dst * 1000003 + i); };
     CollArgs a = w.args(Collective::AllToAll, r, 1);
-    std::vector<float> in, out;
-    for (int dst = 0; dst < size; ++dst) {
-      a.sendOffsets.push_back(in.size() * 4);
-      a.sendBytes.push_back(split(r, dst, scale) * 4);
-      for (size_t i = 0; i < split(r, dst, scale); ++i) in.push_back(message(r, dst, i));
-    }
-    std::vector<float> want;
-    for (int src = 0; src < size; ++src) {
-      a.recvOffsets.push_back(want.size() * 4);
-      a.recvBytes.push_back(split(src, r, scale) * 4);
-      for (size_t i = 0; i < split(src, r, scale); ++i) want.push_back(message(src, r, i));
-    }
-    out.assign(want.size(), -1);
+    std::vector<float> in, want;
+    layOutAllToAll(a, size, [&](int src, int dst) { return split(src, dst, scale); }, in, want);
+    std::vector<float> out(want.size(), -1);
     a.input = in.data();
     a.buf = out.data();
     a.count = in.size();
@@ -322,17 +330,9 @@ TEST_CASE(
     return src == 0 || dst == 0 || src == dst ? scale + 1 : scale + size_t(2 + src);
   };
   onEachRank(size, [&](int r) {
-    auto message = [](int src, int dst, size_t i) { return cmaValue(src, dst * 1000003 + i); };
     CollArgs a = w.args(Collective::AllToAll, r, 1);
     std::vector<float> in, want;
-    for (int q = 0; q < size; ++q) {
-      a.sendOffsets.push_back(in.size() * 4);
-      a.sendBytes.push_back(count(r, q) * 4);
-      for (size_t i = 0; i < count(r, q); ++i) in.push_back(message(r, q, i));
-      a.recvOffsets.push_back(want.size() * 4);
-      a.recvBytes.push_back(count(q, r) * 4);
-      for (size_t i = 0; i < count(q, r); ++i) want.push_back(message(q, r, i));
-    }
+    layOutAllToAll(a, size, count, in, want);
     std::vector<float> out(want.size(), -1);
     a.evenSplits = r == 0;
     a.input = in.data();

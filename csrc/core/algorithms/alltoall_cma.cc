@@ -30,10 +30,15 @@ CmaBlock entry(const std::byte* table, int j) {
   return b;
 }
 
+// Whether two ranks' table entries for each other agree in both directions.
+bool agree(const CmaBlock& pToQ, const CmaBlock& qToP) {
+  return pToQ.sendBytes == qToP.recvBytes && pToQ.recvBytes == qToP.sendBytes;
+}
+
 // The exchange between ranks p and q as their tables describe it (entry q
 // of p's, entry p of q's): a third rank's check of a pair it is not in.
 void checkPair(int p, int q, const CmaBlock& pToQ, const CmaBlock& qToP) {
-  if (pToQ.sendBytes == qToP.recvBytes && pToQ.recvBytes == qToP.sendBytes) return;
+  if (agree(pToQ, qToP)) return;
   throw Error(ErrorKind::InvalidArgument,
               "ranks " + std::to_string(p) + " and " + std::to_string(q) +
                   " disagree on their split sizes: rank " + std::to_string(p) + " sends rank " +
@@ -80,8 +85,10 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   auto** src = reinterpret_cast<const std::byte**>(s.scratch(n * sizeof(std::byte*)));
   auto** dst = reinterpret_cast<std::byte**>(s.scratch(n * sizeof(std::byte*)));
   for (int j = 0; j < n; ++j) {
-    src[j] = a.inputBlocks.empty() ? in + a.sendOffsets[j] : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
-    dst[j] = a.blocks.empty() ? out + a.recvOffsets[j] : static_cast<std::byte*>(a.blocks[size_t(j)]);
+    src[j] = a.inputBlocks.empty() ? in + a.sendOffsets[j]
+                                   : static_cast<const std::byte*>(a.inputBlocks[size_t(j)]);
+    dst[j] = a.blocks.empty() ? out + a.recvOffsets[j]
+                              : static_cast<std::byte*>(a.blocks[size_t(j)]);
   }
 
   // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
@@ -119,7 +126,8 @@ Schedule buildAllToAllCma(const CollArgs& a) {
     fill = [=](std::byte* slot) {
       std::memcpy(slot, table, n * sizeof(CmaBlock));
       for (int j = 0; j < n; ++j) {
-        if (table[j].sendBytes) std::memcpy(slot + tableBytes + table[j].sendOffset, src[j], table[j].sendBytes);
+        const CmaBlock& b = table[j];
+        if (b.sendBytes) std::memcpy(slot + tableBytes + b.sendOffset, src[j], b.sendBytes);
       }
     };
   }
@@ -135,7 +143,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
             theirs = entry(x.peerSlot(q), r);
           else if (q != r)
             x.cma().read(q, &theirs, x.record(q).table + r * sizeof(CmaBlock), sizeof(theirs));
-          if (theirs.sendBytes != table[q].recvBytes || theirs.recvBytes != table[q].sendBytes) {
+          if (!agree(theirs, table[q])) {
             throw Error(
                 ErrorKind::InvalidArgument,
                 "rank " + std::to_string(q) + " sends this rank " +
@@ -156,7 +164,8 @@ Schedule buildAllToAllCma(const CollArgs& a) {
         if (allInline) {
           for (int p = 0; p < n; ++p) {
             for (int q = p + 1; q < n; ++q) {
-              if (p != r && q != r) checkPair(p, q, entry(x.peerSlot(p), q), entry(x.peerSlot(q), p));
+              if (p == r || q == r) continue;
+              checkPair(p, q, entry(x.peerSlot(p), q), entry(x.peerSlot(q), p));
             }
           }
           x.endWithOwnCopies();
@@ -165,7 +174,8 @@ Schedule buildAllToAllCma(const CollArgs& a) {
         for (int q = 0; q < n; ++q) {
           if (x.record(q).inlineBytes == 0) continue;
           const CmaBlock theirs = entry(x.peerSlot(q), r);
-          if (theirs.sendBytes) std::memcpy(dst[q], x.peerSlot(q) + tableBytes + theirs.sendOffset, theirs.sendBytes);
+          const std::byte* from = x.peerSlot(q) + tableBytes + theirs.sendOffset;
+          if (theirs.sendBytes) std::memcpy(dst[q], from, theirs.sendBytes);
         }
       },
       staged, -1, std::move(fill));

@@ -49,21 +49,21 @@ bool CmaExchange::publish() {
   return true;
 }
 
+bool CmaExchange::published(int p) const {
+  return dead_[size_t(p)] || shm_->counter(p).load(std::memory_order_acquire) >= 2 * id_ - 1;
+}
+
 std::vector<int> CmaExchange::matchWaitsFor() const {
   std::vector<int> ranks;
   for (int p : peers_) {
-    if (!dead_[size_t(p)] && shm_->counter(p).load(std::memory_order_acquire) < 2 * id_ - 1)
-      ranks.push_back(p);
+    if (!published(p)) ranks.push_back(p);
   }
   return ranks;
 }
 
 bool CmaExchange::match() {
   // Polled in a loop while peers catch up: no allocation until one lags.
-  const bool allPublished = std::all_of(peers_.begin(), peers_.end(), [&](int p) {
-    return dead_[size_t(p)] || shm_->counter(p).load(std::memory_order_acquire) >= 2 * id_ - 1;
-  });
-  if (!allPublished) {
+  if (!std::all_of(peers_.begin(), peers_.end(), [&](int p) { return published(p); })) {
     checkAlive(&CmaExchange::matchWaitsFor);
     return failure_.has_value();
   }

@@ -136,6 +136,8 @@ class CmaExchange {
   // Every 100 ms of waiting, looks for dead peers among the ranks a step
   // waits for (the list made only then); marks and reports those found.
   void checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const);
+  // Whether `peer` has published this chunk (or is dead: nothing to wait for).
+  bool published(int peer) const;
   bool doneWith(int peer) const;
   // Whether a peer's header is this call's, marked as failed (step 3).
   bool failedSameCall(const CollIdentity& theirs) const;
