@@ -1,10 +1,12 @@
 """One rank of tests/python/test_multihost.py, started inside a network, pid and UTS
 namespace that plays one host.
 
-    multihost_rank.py OUT_DIR check|kill VICTIM TIMEOUT_S
+    multihost_rank.py OUT_DIR check|kill|monitored VICTIM TIMEOUT_S
 
 Writes OUT_DIR/rank<R>.json: the rank's hostname, the collectives it checked and, for
-"kill", what its pending all_reduce raised after VICTIM exited and when.
+"kill", what its pending all_reduce raised after VICTIM exited and when. "monitored":
+VICTIM exits instead of entering ringx.monitored_barrier(wait_all_ranks=True), rank 1
+enters it 0.4 x TIMEOUT_S late, the others at once; "pending" is what it raised on rank 0.
 """
 
 import datetime
@@ -16,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import ringx  # noqa: F401
+import ringx
 
 out_dir, mode, victim, timeout_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 torch.set_num_threads(1)
@@ -72,14 +74,19 @@ dist.barrier()
 report["checked"].append("barrier")
 save()
 
-if mode == "kill":
+if mode in ("kill", "monitored"):
     dist.barrier()
     if r == victim:
         os._exit(7)
     t = torch.ones(8)
     start = time.time()
     try:
-        dist.all_reduce(t)
+        if mode == "kill":
+            dist.all_reduce(t)
+        else:
+            if r == 1:
+                time.sleep(0.4 * timeout_s)
+            ringx.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True)
         report["pending"] = {"ok": True}
     except Exception as e:  # noqa: BLE001
         report["pending"] = {"ok": False, "type": type(e).__name__, "msg": str(e), "seconds": time.time() - start}

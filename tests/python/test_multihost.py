@@ -127,6 +127,19 @@ def test_dead_rank_on_the_other_host_fails_every_survivor_fast(hosts):
         assert pending["seconds"] <= 2 * TIMEOUT_S, f"rank {r}: {pending}\n{logs}"
 
 
+def test_monitored_barrier_across_hosts_waits_for_a_late_rank_and_names_only_the_one_that_left(hosts):
+    """Rank 3 (host 1) exits instead of entering the monitored barrier, rank 1 (host 0)
+    enters it 0.4 T late: rank 0 hears rank 3's connection close through UCX, waits for
+    rank 1 as gloo does, and names rank 3 alone."""
+    reports, logs = launch(hosts, "monitored", victim=3)
+    rec = reports.get(0, {}).get("pending")
+    assert rec and not rec["ok"] and rec["type"] == "DistBackendError", f"{rec}\n{logs}"
+    assert "rank(s) 3 failed to pass monitored_barrier" in rec["msg"], f"{rec}\n{logs}"
+    assert "connection to rank 3 closed" in rec["msg"], f"{rec}\n{logs}"
+    print(f"[multihost] monitored_barrier: rank 0 after {rec['seconds']:.2f} s: {rec['msg']}")
+    assert 0.35 * TIMEOUT_S <= rec["seconds"] < 0.9 * TIMEOUT_S, f"{rec}\n{logs}"
+
+
 # --- Fault matrix (issue 10): a peer on another host, or on this one, is SIGKILLed before
 # or during every kind of collective, at 8 B and at 4 MiB (many receives in flight per
 # peer); no survivor may crash, and each must raise DistBackendError naming the dead rank
