@@ -83,7 +83,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-testbed clean distclean test-faults
+.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-floor bench-testbed clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -96,7 +96,7 @@ help:
 	@echo "make test-gpu    tests/gpu: collectives on CUDA tensors (needs a GPU; skips without one)"
 	@echo "make py-test-asan  tests/python (not the host suites) against an ASan+UBSan build of the extension"
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
-	@echo "make bench | bench-ddp   benchmarks/collectives.py | benchmarks/ddp.py"
+	@echo "make bench | bench-ddp | bench-floor   benchmarks/collectives.py | ddp.py | floor.py"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
 	@echo "make bench-testbed  collectives across test-bed hosts vs flat and gloo (benchmarks/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
@@ -385,6 +385,10 @@ bench: sysdeps venv build
 
 bench-ddp: sysdeps venv build
 	$(VPY) benchmarks/ddp.py $(BENCH_ARGS)
+
+# An 8-byte all_reduce against the machine's floor, alone and under load (issue 12).
+bench-floor: sysdeps venv build
+	$(VPY) benchmarks/floor.py $(BENCH_ARGS)
 
 # all_reduce, all_gather and reduce_scatter across test-bed hosts: hierarchical,
 # flat and gloo, against the measured link (benchmarks/testbed.py; root).
