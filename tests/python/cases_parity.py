@@ -49,11 +49,13 @@ class _Skipped(Exception):
     pass
 
 
-def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, late_call):
+def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, late_call, group_call=True):
     """On a fresh subgroup of every rank, ranks in `busy` sleep busy_s and then call
     monitored_barrier(timeout=timeout_ms) if `late_call` (else skip it); the others call it
     at once.  Returns {"outcome": "returned" | "skipped" | (type, message), "seconds": time
-    inside the call, "sanity": all_reduce of ones on the default group afterwards}."""
+    inside the call, "group_call": what an all_reduce on the subgroup afterwards gave (the
+    sum, or the error) and how long it took (None without `group_call`), "sanity": all_reduce of ones on the default
+    group after the subgroup is destroyed}."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(list(range(ws)))
     timeout = datetime.timedelta(milliseconds=timeout_ms)
@@ -77,6 +79,15 @@ def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, la
     out["seconds"] = time.monotonic() - t0
     # The ranks that raised at once wait here for the busy ones, so the subgroup is
     # destroyed by all ranks after everyone has left the barrier.
+    t = torch.ones(1)
+    t0 = time.monotonic()
+    out["group_call"] = None
+    try:
+        if group_call:
+            dist.all_reduce(t, group=group)
+            out["group_call"] = (float(t.item()), time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001 - inspected by the parent
+        out["group_call"] = (f"{type(e).__name__}: {e}", time.monotonic() - t0)
     t = torch.ones(1)
     dist.all_reduce(t)
     dist.destroy_process_group(group)

@@ -71,14 +71,19 @@ GLOO_WAIT_ALL_ZERO = pytest.mark.skipif(
     pytest.param(3, (1, 2), 10, True, id="ws3-timeout10ms-wait_all_ranks"),
     pytest.param(3, (1, 2), 0, True, id="ws3-timeout0-wait_all_ranks", marks=GLOO_WAIT_ALL_ZERO),
 ])
-def test_monitored_barrier_short_timeout_fails_at_once(worlds, ws, busy, timeout_ms, wait_all):
-    """The busy ranks sleep, then (ringx) call the barrier late too: they must fail at once
-    as well, since rank 0 gave up. gloo's late ranks would wait for rank 0's release without
-    limit, so under gloo they skip the call."""
+def test_monitored_barrier_short_timeout_fails_at_once_and_then_the_group_fails_at_once(
+        worlds, ws, busy, timeout_ms, wait_all):
+    """The busy ranks sleep, then (ringx) call the barrier late too: they fail at once as
+    well, their wait for rank 0's release timing out. gloo's late ranks would wait for rank
+    0's release without limit, so under gloo they skip the call. Afterwards an all_reduce on
+    the barrier's group raises at once on every rank, for both backends: gloo closes the
+    pairs whose wait timed out, ringx's timeout poisons the group."""
     busy_s = 2.0
     results = worlds.run(ws, cases.monitored_barrier_short_timeout, busy=list(busy),
                          busy_s=busy_s, timeout_ms=timeout_ms, wait_all_ranks=wait_all,
-                         late_call=harness.BACKEND == "ringx", timeout=40)
+                         late_call=harness.BACKEND == "ringx", timeout=40,
+                         # gloo, after a zero timeout: the all_reduce hangs (no answer in 40 s).
+                         group_call=not (harness.BACKEND == "gloo" and timeout_ms == 0))
     res0 = results[0]
     where = f"rank 0 (ranks {list(busy)} busy {busy_s} s, timeout {timeout_ms} ms, world {ws})"
     failures = []
@@ -103,6 +108,14 @@ def test_monitored_barrier_short_timeout_fails_at_once(worlds, ws, busy, timeout
             failures.append(f"rank {r} (busy, then late): monitored_barrier should fail at once; "
                             f"got {res['outcome']!r} after {res['seconds']:.2f} s")
     for r, res in enumerate(results):
+        if res["group_call"] is not None:
+            got, took = res["group_call"]
+            if not isinstance(got, str) or took > 1.0:
+                failures.append(f"rank {r}: all_reduce on the barrier's group afterwards gave "
+                                f"{got!r} after {took:.2f} s; it should raise at once, as gloo's does")
+            elif harness.BACKEND == "ringx" and "failed earlier" not in got:
+                failures.append(f"rank {r}: all_reduce on the barrier's group afterwards should say "
+                                f"the group failed earlier: {got!r}")
         if res["sanity"] != float(ws):
             failures.append(f"rank {r}: all_reduce on the default group afterwards gave "
                             f"{res['sanity']}")
