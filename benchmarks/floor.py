@@ -24,7 +24,9 @@ synchronous call, each call timed):
 
 The concurrent processes start their timed loop at the same instant and run for
 --seconds; the ranks of a collective make half the calls the loaded floor made in that
-time (they must all make the same number). The table gives p10/p50/p90 of each case (for N processes, those of the process with
+time (they must all make the same number). Each process of the ringx cases also times the torch op just before and after its loop
+(p50 of 20,000 calls): a CPU that runs slower than usual during the loop shows there.
+The table gives p10/p50/p90 of each case (for N processes, those of the process with
 the highest p50, whose pace a collective would follow; every process's p50 beside),
 per repeat, and what the collective adds to the loaded floor: world N p50 - world 1 x N
 p50.
@@ -50,6 +52,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def op_p50(t, calls: int = 20000) -> float:
+    """p50 in us of `t.add_(1)`: how fast this process's CPU runs torch code just now."""
+    clock = time.perf_counter_ns
+    times = []
+    for _ in range(calls):
+        a = clock()
+        t.add_(1)
+        times.append(clock() - a)
+    times.sort()
+    return times[calls // 2] / 1e3
+
+
 def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> None:
     import torch
 
@@ -69,6 +83,10 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
         time.sleep(0.001)
     # A collective's ranks must make the same number of calls: they get a count, the
     # processes that exchange nothing a time.
+    # The processes that call torch's op alone are that measure; the others take it
+    # just before and after their loop, so that a CPU that is slow during the loop
+    # shows beside the loop's times.
+    speed = [] if case.startswith("op") else [op_p50(torch.zeros(2))]
     times = []
     end = time.perf_counter() + seconds
     clock = time.perf_counter_ns
@@ -77,12 +95,13 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
         call()
         times.append(clock() - a)
     if not case.startswith("op"):
+        speed.append(op_p50(torch.zeros(2)))
         dist.destroy_process_group()
     times.sort()
     n = len(times)
     with open(out, "w") as f:
         json.dump({"calls": n, "p10": times[n // 10] / 1e3, "p50": times[n // 2] / 1e3,
-                   "p90": times[9 * n // 10] / 1e3}, f)
+                   "p90": times[9 * n // 10] / 1e3, "op_p50": speed}, f)
 
 
 def run_case(case: str, world: int, seconds: float, calls: int, tmp: str) -> dict:
@@ -110,7 +129,7 @@ def run_case(case: str, world: int, seconds: float, calls: int, tmp: str) -> dic
         raise RuntimeError(f"{case}: processes exited {codes}")
     res = [json.load(open(o)) for o in outs]
     slowest = max(res, key=lambda r: r["p50"])
-    return dict(slowest, each_p50=[r["p50"] for r in res])
+    return dict(slowest, each_p50=[r["p50"] for r in res], each_op_p50=[r["op_p50"] for r in res])
 
 
 def main() -> int:
@@ -145,7 +164,10 @@ def main() -> int:
                 row[c] = run_case(c, n, args.seconds, calls, tmp)
                 s = row[c]
                 print(f"  {rep + 1:>6} {label[c]:>12} {s['p10']:7.1f} {s['p50']:7.1f} {s['p90']:7.1f} "
-                      f"{int(s['calls']):>8}  " + " ".join(f"{x:.1f}" for x in s["each_p50"]), flush=True)
+                      f"{int(s['calls']):>8}  " + " ".join(f"{x:.1f}" for x in s["each_p50"])
+                      + ("" if c.startswith("op") else "   torch op before/after: "
+                         + ", ".join("/".join(f"{v:.1f}" for v in x) for x in s["each_op_p50"])),
+                      flush=True)
             row["added"] = row["wN"]["p50"] - row["w1-xN"]["p50"]
             row["load"] = row["w1-xN"]["p50"] / row["w1-alone"]["p50"]
             print(f"  {rep + 1:>6} w{n} adds {row['added']:.1f} us to the loaded floor; {n} processes at once "

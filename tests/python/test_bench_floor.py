@@ -1,6 +1,6 @@
 """benchmarks/floor.py end to end, briefly: every case runs, the collective's ranks make
-the same number of calls (half the loaded floor's), and the JSON holds what the table
-printed."""
+the same number of calls (half the loaded floor's), the ringx processes time torch's op
+around their loop, and the JSON holds what the table printed."""
 
 import json
 import os
@@ -23,6 +23,9 @@ def test_floor_benchmark_times_every_case_and_writes_its_json(tmp_path):
         assert r["calls"] > 0 and 0 < r["p10"] <= r["p50"] <= r["p90"], (case, r)
         assert len(r["each_p50"]) == (1 if case.endswith("alone") else 2), (case, r)
         assert r["p50"] == max(r["each_p50"]), (case, r)
+        # The ringx processes time torch's op before and after their loop.
+        want = 0 if case.startswith("op") else 2
+        assert all(len(x) == want and all(v > 0 for v in x) for x in r["each_op_p50"]), (case, r)
     assert row["wN"]["calls"] == row["w1-xN"]["calls"] // 2
     assert abs(row["added"] - (row["wN"]["p50"] - row["w1-xN"]["p50"])) < 1e-9
     assert "w2 adds" in run.stdout and "what the collective adds" in run.stdout
