@@ -24,8 +24,9 @@ synchronous call, each call timed):
 
 The concurrent processes start their timed loop at the same instant and run for
 --seconds; the ranks of a collective make half the calls the loaded floor made in that
-time (they must all make the same number). Each process of the ringx cases also times the torch op just before and after its loop
-(p50 of 20,000 calls): a CPU that runs slower than usual during the loop shows there.
+time (they must all make the same number). Each process of the ringx cases also times
+the torch op just before and after its loop (p50 of 20,000 calls): a CPU that runs
+slower than usual during the loop shows there.
 The table gives p10/p50/p90 of each case (for N processes, those of the process with
 the highest p50, whose pace a collective would follow; every process's p50 beside),
 per repeat, and what the collective adds to the loaded floor: world N p50 - world 1 x N
@@ -36,20 +37,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from collectives import free_port, machine
+
 CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "wN", "wN-gloo")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def op_p50(t, calls: int = 20000) -> float:
@@ -81,12 +76,12 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
             call()
     while time.time() < start_at:
         time.sleep(0.001)
-    # A collective's ranks must make the same number of calls: they get a count, the
-    # processes that exchange nothing a time.
     # The processes that call torch's op alone are that measure; the others take it
     # just before and after their loop, so that a CPU that is slow during the loop
     # shows beside the loop's times.
     speed = [] if case.startswith("op") else [op_p50(torch.zeros(2))]
+    # A collective's ranks must make the same number of calls: they get a count, the
+    # processes that exchange nothing a time.
     times = []
     end = time.perf_counter() + seconds
     clock = time.perf_counter_ns
@@ -150,9 +145,10 @@ def main() -> int:
     cases = [c for c in CASES if args.gloo or c != "wN-gloo"]
     n = args.world
     label = {c: c.replace("xN", f"x{n}").replace("wN", f"w{n}") for c in cases}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    print(f"# {cpu}, {os.cpu_count()} cpus, kernel {platform.release()}; 8 B all_reduce (2 float32), "
-          f"synchronous calls, {args.seconds:g} s per case; times in us")
+    mach = machine()
+    print(f"# {mach.get('cpu', '?')}, {mach['cpus']} cpus, kernel {mach['kernel']}; torch {mach.get('torch')}, "
+          f"ringx at {mach.get('git', '?')}; 8 B all_reduce (2 float32), synchronous calls, "
+          f"{args.seconds:g} s per case; times in us")
     print(f"# {'repeat':>6} {'case':>12} {'p10':>7} {'p50':>7} {'p90':>7} {'calls':>8}  each process's p50")
     runs = []
     with tempfile.TemporaryDirectory(prefix="ringx-floor-") as tmp:
@@ -183,9 +179,9 @@ def main() -> int:
     path = args.json or os.path.join(os.getcwd(), "bench-results", f"floor-{stamp}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({"meta": {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(), "world": n,
-                            "seconds": args.seconds, "repeats": args.repeats, "date": stamp,
-                            "argv": sys.argv[1:]}, "runs": runs}, f, indent=1)
+        json.dump({"meta": {"machine_info": mach, "world": n, "seconds": args.seconds,
+                            "repeats": args.repeats, "date": stamp, "argv": sys.argv[1:]},
+                   "runs": runs}, f, indent=1)
     print(f"# JSON: {path}")
     return 0
 

@@ -54,8 +54,8 @@ def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, la
     monitored_barrier(timeout=timeout_ms) if `late_call` (else skip it); the others call it
     at once.  Returns {"outcome": "returned" | "skipped" | (type, message), "seconds": time
     inside the call, "group_call": what an all_reduce on the subgroup afterwards gave (the
-    sum, or the error) and how long it took (None without `group_call`), "sanity": all_reduce of ones on the default
-    group after the subgroup is destroyed}."""
+    sum, or the error) and how long it took (None without `group_call`), "sanity":
+    all_reduce of ones on the default group after the subgroup is destroyed}."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     group = dist.new_group(list(range(ws)))
     timeout = datetime.timedelta(milliseconds=timeout_ms)
