@@ -10,24 +10,34 @@
 #       --python-version 3.12 -d build/device-wheels
 # On the machine: tests/gpu/device_run.sh build/device-wheels
 #
-# The system compiler is used (CC/CXX/CUDAHOSTCXX, overridable): the image's
-# /opt/gcc links libstdc++ statically, which the build now refuses.
+# The distribution's compiler is used (RINGX_DEVICE_CC/CXX override): the
+# image's /opt/gcc links libstdc++ statically, which the build refuses.
 set -u
+IMAGE_CXX=${CXX:-}
 WHEELS=${1:?usage: tests/gpu/device_run.sh <folder with the libucx-cu13 wheel>}
 OUT=${OUT:-/tmp/ringx-device-out}
 SITE=${RINGX_DEVICE_SITE:-/tmp/ringx-site}
 PY=${PYTHON:-$(command -v python3)}
 mkdir -p "$OUT" "$SITE"
-export CC=${CC:-/usr/bin/gcc} CXX=${CXX:-/usr/bin/g++}
-export CUDAHOSTCXX=${CUDAHOSTCXX:-$CXX}
+# The image sets CXX to /opt/gcc's wrapper, which links libstdc++ statically,
+# so the environment's CC/CXX are not taken: RINGX_DEVICE_CC/CXX override.
+for v in 13 12 ""; do
+  [ -x "/usr/bin/g++${v:+-$v}" ] && [ -x "/usr/bin/gcc${v:+-$v}" ] || continue
+  export CC=${RINGX_DEVICE_CC:-/usr/bin/gcc${v:+-$v}} CXX=${RINGX_DEVICE_CXX:-/usr/bin/g++${v:+-$v}}
+  break
+done
+export CUDAHOSTCXX=$CXX
 step() { echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 
 step "machine"
 {
   nvidia-smi -L
   "$PY" -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
-  "$CXX" --version | head -1
+  echo "CC=$CC CXX=$CXX (the image's CXX: ${IMAGE_CXX:-unset})"; "$CXX" --version | head -1
+  ls -l /usr/bin/g++ /usr/bin/g++-13 /usr/bin/g++-12
   command -v nvcc && nvcc --version | tail -1
+  ls /usr/bin/g++* /opt/gcc/bin/g++ 2>&1
+  nproc
 } > "$OUT/machine.log" 2>&1
 cat "$OUT/machine.log"
 
@@ -35,32 +45,44 @@ cat "$OUT/machine.log"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 CUDA=${RINGX_CUDA:-on}
 [ -n "$ARCH" ] || CUDA=${RINGX_CUDA:-auto}
-step "build (RINGX_CUDA=$CUDA, architecture ${ARCH:-none})"
+step "build, $(nproc) jobs (RINGX_CUDA=$CUDA, architecture ${ARCH:-none})"
 "$PY" -m pip install --no-index --no-deps --upgrade --target "$SITE" "$WHEELS"/libucx_cu13-*.whl \
   > "$OUT/build.log" 2>&1 || { step "installing the libucx wheel failed"; tail -5 "$OUT/build.log"; exit 1; }
-# --upgrade: without it pip keeps a ringx already in the folder.
-"$PY" -m pip install -v --no-index --no-deps --no-build-isolation --upgrade --target "$SITE" \
-  -C cmake.define.RINGX_CUDA="$CUDA" ${ARCH:+-C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH-real"} . \
-  >> "$OUT/build.log" 2>&1 || { step "build failed"; tail -30 "$OUT/build.log"; exit 1; }
+# The wheel's CMake config is found through its entry point, so the build
+# must see the folder it went into. --upgrade: without it pip keeps a ringx
+# already in the folder.
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --upgrade --target "$SITE" \
+  -C cmake.define.RINGX_CUDA="$CUDA" -C cmake.define.CMAKE_C_COMPILER="$CC" \
+  -C cmake.define.CMAKE_CXX_COMPILER="$CXX" -C cmake.define.CMAKE_CUDA_HOST_COMPILER="$CUDAHOSTCXX" ${ARCH:+-C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH-real"} . \
+  >> "$OUT/build.log" 2>&1 || { step "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 readelf -d "$SITE"/ringx/_C*.so | grep NEEDED > "$OUT/needed.log"
 
-step "smoke: 2 ranks"
-TORCHRUN=$(dirname "$PY")/torchrun
-PYTHONFAULTHANDLER=1 timeout -k 10 120 "$TORCHRUN" --nproc-per-node 2 tests/gpu/smoke.py > "$OUT/smoke.log" 2>&1
-rc=$?
-tail -40 "$OUT/smoke.log"
-step "smoke: exit $rc"
+# RINGX_DEVICE_STEPS picks what runs after the build (default: all three).
+STEPS=" ${RINGX_DEVICE_STEPS:-smoke first all} "
+if [[ $STEPS == *" smoke "* ]]; then
+  step "smoke: 2 ranks"
+  TORCHRUN=$(dirname "$PY")/torchrun
+  PYTHONFAULTHANDLER=1 timeout -k 10 ${RINGX_DEVICE_SMOKE_TIMEOUT:-120} "$TORCHRUN" --nproc-per-node 2 \
+    tests/gpu/smoke.py > "$OUT/smoke.log" 2>&1
+  rc=$?
+  tail -40 "$OUT/smoke.log"
+  step "smoke: exit $rc"
+fi
 
-step "tests/gpu: the first test alone, its ranks' output shown"
 export RINGX_GPU_TEST_TIMEOUT=${RINGX_GPU_TEST_TIMEOUT:-60} PYTHONFAULTHANDLER=1
-timeout -k 10 180 "$PY" -m pytest -x -s -q -p no:cacheprovider \
-  "tests/gpu/test_gpu.py::test_all_reduce_every_op_and_dtype[staged]" > "$OUT/gpu-first.log" 2>&1
-step "first test: exit $?"
-tail -30 "$OUT/gpu-first.log"
+if [[ $STEPS == *" first "* ]]; then
+  step "tests/gpu: the first test alone, its ranks' output shown"
+  timeout -k 10 ${RINGX_DEVICE_FIRST_TIMEOUT:-180} "$PY" -m pytest -x -s -q -p no:cacheprovider \
+    "tests/gpu/test_gpu.py::test_all_reduce_every_op_and_dtype[staged]" > "$OUT/gpu-first.log" 2>&1
+  step "first test: exit $?"
+  tail -30 "$OUT/gpu-first.log"
+fi
 
-step "tests/gpu: all"
-timeout -k 10 ${RINGX_DEVICE_SUITE_TIMEOUT:-420} "$PY" -m pytest tests/gpu -q -p no:cacheprovider -rfE \
-  > "$OUT/gpu-all.log" 2>&1
-step "tests/gpu: exit $?"
-tail -40 "$OUT/gpu-all.log"
+if [[ $STEPS == *" all "* ]]; then
+  step "tests/gpu: all"
+  timeout -k 10 ${RINGX_DEVICE_SUITE_TIMEOUT:-420} "$PY" -m pytest tests/gpu -v -p no:cacheprovider -rfE \
+    --durations=0 > "$OUT/gpu-all.log" 2>&1
+  step "tests/gpu: exit $?"
+  tail -40 "$OUT/gpu-all.log"
+fi

@@ -11,14 +11,23 @@ against a reference computed on the CPU from inputs every rank can rebuild
 
 RINGX_GPU_TEST_WORLD sets the world size (default: one rank per GPU when
 there are several, else three ranks sharing the one GPU);
-RINGX_GPU_TEST_TIMEOUT bounds a case in seconds (default 300).
+RINGX_GPU_TEST_TIMEOUT bounds a case in seconds (default 300). A rank that
+does not answer in time has its stacks added to the problems: every Python
+thread's (faulthandler, on SIGUSR1) and every native thread's (gdb or
+cuda-gdb, whichever is on the PATH: the GPU machines have only cuda-gdb).
 """
 
 import datetime
+import faulthandler
 import functools
 import multiprocessing as mp
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import tempfile
+import time
 import traceback
 
 import torch
@@ -68,7 +77,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rank_main(rank, size, port, backend, env, module, name, kwargs, conn):
+def _rank_main(rank, size, port, backend, env, module, name, kwargs, conn, stacks_path):
+    stacks = open(stacks_path, "w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size), **env)
     try:
@@ -99,9 +110,12 @@ def run(fn, backend="ringx", size=None, env=None, **kwargs):
     ctx = mp.get_context("spawn")
     port = _free_port()
     pipes, procs = [], []
+    stacks_dir = tempfile.TemporaryDirectory(prefix="ringx-gpu-stacks-")
+    stacks = [os.path.join(stacks_dir.name, f"rank{rank}.txt") for rank in range(size)]
     for rank in range(size):
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_rank_main, args=(rank, size, port, backend, env or {}, fn.__module__, fn.__name__, kwargs, child))
+        p = ctx.Process(target=_rank_main, args=(rank, size, port, backend, env or {}, fn.__module__, fn.__name__,
+                                                 kwargs, child, stacks[rank]))
         p.start()
         child.close()
         pipes.append(parent)
@@ -111,6 +125,7 @@ def run(fn, backend="ringx", size=None, env=None, **kwargs):
         for rank, conn in enumerate(pipes):
             if not conn.poll(timeout):
                 problems.append(f"rank {rank}: no answer within {timeout:g} s")
+                problems += _stacks_of_live_ranks(procs, stacks)
                 break
             try:
                 problems += [f"rank {rank}: {p}" for p in conn.recv()]
@@ -122,4 +137,36 @@ def run(fn, backend="ringx", size=None, env=None, **kwargs):
             if p.is_alive():
                 p.kill()
                 p.join()
+        stacks_dir.cleanup()
     return problems
+
+
+def _stacks_of_live_ranks(procs, stacks):
+    """Every live rank's Python and native stacks, as problems, so that a
+    hang on a lent machine says where each rank was."""
+    live = [(rank, p) for rank, p in enumerate(procs) if p.is_alive()]
+    for _, p in live:
+        os.kill(p.pid, signal.SIGUSR1)
+    debugger = shutil.which("gdb") or shutil.which("cuda-gdb")
+    native = {}
+    if debugger:
+        cmd = [debugger, "-batch", "-nx", "-ex", "set pagination off", "-ex", "thread apply all bt 30", "-p"]
+        running = {rank: subprocess.Popen(cmd + [str(p.pid)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True) for rank, p in live}
+        for rank, d in running.items():
+            try:
+                out, _ = d.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                out, _ = d.communicate()
+            native[rank] = "\n".join(line for line in out.splitlines()
+                                     if line.startswith(("Thread ", "#")))
+    else:
+        time.sleep(1)
+    found = []
+    for rank, _ in live:
+        with open(stacks[rank]) as f:
+            found.append(f"rank {rank}: Python stacks:\n{f.read()}")
+        if debugger:
+            found.append(f"rank {rank}: native stacks ({os.path.basename(debugger)}):\n{native[rank]}")
+    return found
