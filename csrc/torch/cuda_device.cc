@@ -6,7 +6,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/reduce/reduce_cuda.h"
@@ -21,16 +23,57 @@ void check(cudaError_t rc, const char* what) {
   }
 }
 
+// Events are recycled, never destroyed. cudaEventDestroy waits for a driver
+// lock that a thread blocked in a synchronous copy holds (seen on an H200,
+// driver 580, in a torch tensor's .cpu() right after a collective), and the
+// thread that drops an event may be the one that must progress the op that
+// copy waits for. One pool per device, kept for the process's life, so that
+// nothing calls into the driver while the process exits either.
+class EventPool {
+ public:
+  static EventPool& of(c10::DeviceIndex index) {
+    static std::mutex mu;
+    static auto* pools = new std::map<c10::DeviceIndex, EventPool*>;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& pool = (*pools)[index];
+    if (!pool) pool = new EventPool(index);
+    return *pool;
+  }
+
+  cudaEvent_t take() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        cudaEvent_t e = free_.back();
+        free_.pop_back();
+        return e;
+      }
+    }
+    c10::cuda::CUDAGuard guard(index_);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+
+  void give(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(e);
+  }
+
+ private:
+  explicit EventPool(c10::DeviceIndex index) : index_(index) {}
+
+  c10::DeviceIndex index_;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// Every owner records an event before it queries it, so a recycled event's
+// earlier recording is never what an owner sees.
 class CudaEvent final : public DeviceEvent {
  public:
-  explicit CudaEvent(c10::DeviceIndex index) : index_(index) {
-    c10::cuda::CUDAGuard guard(index_);
-    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
-  }
-  ~CudaEvent() override {
-    c10::cuda::CUDAGuard guard(index_);
-    cudaEventDestroy(event_);
-  }
+  explicit CudaEvent(c10::DeviceIndex index) : pool_(EventPool::of(index)), event_(pool_.take()) {}
+  ~CudaEvent() override { pool_.give(event_); }
   bool query() override {
     cudaError_t rc = cudaEventQuery(event_);
     if (rc == cudaErrorNotReady) return false;
@@ -42,7 +85,7 @@ class CudaEvent final : public DeviceEvent {
   cudaEvent_t get() const { return event_; }
 
  private:
-  c10::DeviceIndex index_;
+  EventPool& pool_;
   cudaEvent_t event_ = nullptr;
 };
 

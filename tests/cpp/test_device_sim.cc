@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <numeric>
 
 #include "core/device/host_staging.h"
@@ -316,6 +319,62 @@ TEST_CASE("host-staged: back-to-back collectives issued from two streams, and on
     RANK_REQUIRE(gy == std::vector<int64_t>(n, 3));
     RANK_REQUIRE(gx == std::vector<int64_t>(n, 6));
   });
+}
+
+// On an H200 a rank hung for good: its thread waited in a synchronous copy
+// (torch's .cpu()) for the stream to pass the op just issued, holding the
+// driver's lock, while the progress thread, releasing the op before it,
+// waited for that lock to destroy an event. The simulated device has that
+// lock. Each op's staging here is owned by the op alone, so the engine
+// releases it, and the second op of each round is issued before the first
+// has ended. A deadlock cannot fail a test: the watchdog ends the process.
+TEST_CASE("host-staged: a thread blocked on the device for the next op does not stop the release of the last") {
+  const int size = 2;
+  SimWorld w(size, 300);
+  const size_t n = 16384;  // 128 KiB: too large to run inline in submit()
+  auto body = std::async(std::launch::async, [&] {
+    onEachRank(size, [&](int r) {
+      SimRank& me = *w.ranks[r];
+      const auto in = pattern(r, n * 8, DType::I64);
+      for (uint64_t round = 0; round < 10; ++round) {
+        auto first = deviceCopyOf(me, in);
+        auto second = deviceCopyOf(me, in);
+        std::shared_ptr<DeviceEvent> done;
+        std::vector<std::future<void>> ended;
+        for (void* buf : {first.get(), second.get()}) {
+          const uint64_t seq = 2 * round + 1 + (buf == second.get());
+          CollArgs a{Collective::AllReduce, r, size, seq};
+          a.dtype = DType::I64;
+          a.count = n;
+          a.buf = buf;
+          HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+          pointAtHost(a, staging);
+          done = staging.done();
+          auto promise = std::make_shared<std::promise<void>>();
+          ended.push_back(promise->get_future());
+          auto op = std::make_unique<Op>("all_reduce", seq, staging.wrap(buildAllReduceRing(a)));
+          op->onDone = [promise](const Error*) { promise->set_value(); };
+          w.comms[r]->submit(std::move(op));
+        }
+        std::vector<int64_t> out(n, -1);
+        me.caller->wait(*done);
+        me.caller->copy(out.data(), second.get(), n * 8);
+        me.caller->synchronize();
+        for (size_t i = 0; i < n; ++i) {
+          int64_t want = 0;
+          for (int q = 0; q < size; ++q) want += q * 1000 + int64_t(i % 97) + 1;
+          RANK_REQUIRE(out[i] == want);
+        }
+        for (auto& f : ended) f.get();
+      }
+    });
+  });
+  if (body.wait_for(60s) == std::future_status::timeout) {
+    std::fprintf(stderr, "FAILED: the ranks deadlocked: a thread blocked on the device for one op stopped the "
+                         "engine from releasing the op before it\n");
+    std::_Exit(1);
+  }
+  body.get();
 }
 
 TEST_CASE("host-staged: a schedule that fails still lets the communicator's stream go on") {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <thread>
 
 #include "core/reduce/reduce.h"
@@ -31,8 +32,13 @@ struct EventState {
   }
 };
 
+using DriverLock = std::shared_ptr<std::shared_mutex>;
+
 class SimEvent final : public DeviceEvent {
  public:
+  explicit SimEvent(DriverLock driver) : driver_(std::move(driver)) {}
+  ~SimEvent() override { std::unique_lock<std::shared_mutex> lock(*driver_); }
+
   bool query() override {
     std::lock_guard<std::mutex> lock(state->mu);
     return state->reached >= state->recorded;
@@ -44,11 +50,15 @@ class SimEvent final : public DeviceEvent {
   }
 
   std::shared_ptr<EventState> state = std::make_shared<EventState>();
+
+ private:
+  DriverLock driver_;
 };
 
 class SimStream final : public DeviceStream {
  public:
-  SimStream(int maxDelayUs, uint64_t seed) : maxDelayUs_(maxDelayUs), rng_(seed), worker_([this] { run(); }) {}
+  SimStream(int maxDelayUs, uint64_t seed, DriverLock driver)
+      : driver_(std::move(driver)), maxDelayUs_(maxDelayUs), rng_(seed), worker_([this] { run(); }) {}
   ~SimStream() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -106,6 +116,7 @@ class SimStream final : public DeviceStream {
   }
 
   void synchronize() override {
+    std::shared_lock<std::shared_mutex> driver(*driver_);
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t mark = enqueued_;
     idleCv_.wait(lock, [&] { return finished_ >= mark; });
@@ -147,6 +158,7 @@ class SimStream final : public DeviceStream {
     }
   }
 
+  DriverLock driver_;
   const int maxDelayUs_;
   std::mt19937_64 rng_;
   std::mutex mu_;
@@ -158,8 +170,11 @@ class SimStream final : public DeviceStream {
 };
 
 // Uninitialised device memory is not zero on a GPU either.
-std::shared_ptr<std::byte> allocFilled(size_t bytes) {
-  std::shared_ptr<std::byte> p(new std::byte[bytes ? bytes : 1], std::default_delete<std::byte[]>());
+std::shared_ptr<std::byte> allocFilled(size_t bytes, DriverLock driver) {
+  std::shared_ptr<std::byte> p(new std::byte[bytes ? bytes : 1], [driver = std::move(driver)](std::byte* b) {
+    std::unique_lock<std::shared_mutex> lock(*driver);
+    delete[] b;
+  });
   std::memset(p.get(), 0xa5, bytes);
   return p;
 }
@@ -167,13 +182,13 @@ std::shared_ptr<std::byte> allocFilled(size_t bytes) {
 }  // namespace
 
 std::unique_ptr<DeviceStream> SimDevice::newStream() {
-  return std::make_unique<SimStream>(options_.maxDelayUs, options_.seed * 1000003 + ++streams_);
+  return std::make_unique<SimStream>(options_.maxDelayUs, options_.seed * 1000003 + ++streams_, driver_);
 }
 
-std::unique_ptr<DeviceEvent> SimDevice::newEvent() { return std::make_unique<SimEvent>(); }
+std::unique_ptr<DeviceEvent> SimDevice::newEvent() { return std::make_unique<SimEvent>(driver_); }
 
-std::shared_ptr<std::byte> SimDevice::allocDevice(size_t bytes) { return allocFilled(bytes); }
+std::shared_ptr<std::byte> SimDevice::allocDevice(size_t bytes) { return allocFilled(bytes, driver_); }
 
-std::shared_ptr<std::byte> SimDevice::allocPinned(size_t bytes) { return allocFilled(bytes); }
+std::shared_ptr<std::byte> SimDevice::allocPinned(size_t bytes) { return allocFilled(bytes, driver_); }
 
 }  // namespace ringx

@@ -4,10 +4,18 @@
 // leaves. A collective that reads a buffer before the caller's stream wrote
 // it, or hands back a buffer the device still writes, gives wrong numbers
 // (or a sanitizer report) here instead of only on a GPU.
+//
+// It also has a GPU driver's lock: a stream's synchronize() holds it shared
+// while it waits, as a synchronous copy does, and destroying an event or
+// freeing memory takes it exclusively, as cudaEventDestroy did on an H200. A
+// thread that must progress an op and frees either while another thread
+// waits for that op deadlocks here as it did there.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <shared_mutex>
 
 #include "core/device/device.h"
 
@@ -34,6 +42,7 @@ class SimDevice final : public Device {
  private:
   SimDeviceOptions options_;
   std::atomic<uint64_t> streams_{0};
+  std::shared_ptr<std::shared_mutex> driver_ = std::make_shared<std::shared_mutex>();
 };
 
 }  // namespace ringx

@@ -54,7 +54,7 @@ struct Communicator::Active {
   std::unordered_map<StepId, TransferId> inflight;
   std::vector<StepId> polling;
   // Steps enqueued on the device, done when their event fires.
-  std::vector<std::pair<StepId, std::unique_ptr<DeviceEvent>>> onDevice;
+  std::vector<StepId> onDevice;
   size_t stepsDone = 0;
   // Receives ended by their peer's closed connection, in an op that waits
   // them out (Schedule::setWaitOutClosedPeers), and the first one's error.
@@ -120,6 +120,7 @@ void Communicator::submit(std::unique_ptr<Op> op) {
                     " and cannot be used in a forked child (pid " + std::to_string(processId()) +
                     "); create a new process group in the child");
   }
+  op->schedule.makeStepEvents();
   const bool small = op->bytes <= kInlineBytes;
   const bool callerWaits = op->callerWaits;
   {
@@ -347,16 +348,15 @@ void Communicator::enqueueOnDevice(Active& a, StepId id) {
   if (s.kind == StepKind::Reduce) stream.reduce(s.dst, s.src, count, sched.dtype(), sched.op());
   if (s.kind == StepKind::Copy) stream.copy(s.dst, s.src, s.bytes);
   if (s.kind == StepKind::Scale) stream.scale(s.dst, count, sched.dtype(), sched.scaleFactor());
-  auto event = sched.device().device->newEvent();
-  stream.record(*event);
-  a.onDevice.emplace_back(id, std::move(event));
+  stream.record(sched.stepEvent(id));
+  a.onDevice.push_back(id);
 }
 
 bool Communicator::runPolls(Active& a) {
   bool did = false;
   for (size_t i = 0; i < a.onDevice.size() && !a.ended;) {
-    if (a.onDevice[i].second->query()) {
-      StepId id = a.onDevice[i].first;
+    if (a.op->schedule.stepEvent(a.onDevice[i]).query()) {
+      StepId id = a.onDevice[i];
       a.onDevice.erase(a.onDevice.begin() + long(i));
       stepDone(a, id);
       did = true;
@@ -510,7 +510,7 @@ bool Communicator::stillWriting(const Active& a) { return receiving(a) || !a.onD
 
 // Device work needs no peer to finish, so waiting for it cannot hang.
 void Communicator::waitForDeviceWork(Active& a) {
-  for (auto& [step, event] : a.onDevice) event->synchronize();
+  for (StepId step : a.onDevice) a.op->schedule.stepEvent(step).synchronize();
   a.onDevice.clear();
 }
 
@@ -573,17 +573,28 @@ void Communicator::settle() {
 }
 
 bool Communicator::reapFinished() {
-  size_t before = active_.size();
-  active_.remove_if([this](const std::unique_ptr<Active>& a) {
-    if (!a->ended || !a->inflight.empty()) return false;
+  bool did = false;
+  for (auto it = active_.begin(); it != active_.end();) {
+    Active& a = **it;
+    if (!a.ended || !a.inflight.empty()) {
+      ++it;
+      continue;
+    }
     // An op that ended early may still have device work on its buffers and
     // scratch: wait for it (failures only; a finished op has none left). Its
     // failure, held back for that work, can then be told.
-    waitForDeviceWork(*a);
-    tellFailure(*a, false);
-    return true;
-  });
-  return active_.size() != before;
+    waitForDeviceWork(a);
+    tellFailure(a, false);
+    // An op on device buffers is released off this thread: freeing its
+    // events, staging buffers and tensors (its Work, and so the tensors, may
+    // go with it) can wait for a GPU driver lock that a thread blocked in a
+    // synchronous copy holds until a later op, which this thread must
+    // progress, has ended. That deadlock was seen on an H200.
+    if (a.op->schedule.touchesDevice()) callbacks_.post([released = std::shared_ptr<Active>(std::move(*it))] {});
+    it = active_.erase(it);
+    did = true;
+  }
+  return did;
 }
 
 // The peers an op that waits out closed connections never heard from: those

@@ -5,6 +5,7 @@
 // error path live in the dependencies and in the engine, not in algorithms.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -218,6 +219,23 @@ class Schedule {
 
   DType dtype() const { return dtype_; }
   const DeviceQueue& device() const { return device_; }
+  // Whether releasing this schedule (its staging polls' state, its device
+  // scratch, its events) may call into the device's driver.
+  bool touchesDevice() const {
+    return bool(device_) || std::any_of(polls_.begin(), polls_.end(), [](const PollStep& p) { return p.device; });
+  }
+  // One event per step that runs on the device, made by the thread that
+  // issues the op: on a GPU, making or destroying an event can wait for a
+  // driver lock that a thread blocked in a synchronous copy holds until this
+  // very op ends, so the thread that progresses the op must do neither.
+  void makeStepEvents() {
+    if (!device_) return;
+    stepEvents_.resize(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      if (steps_[i].device && !stepEvents_[i]) stepEvents_[i] = device_.device->newEvent();
+    }
+  }
+  DeviceEvent& stepEvent(StepId id) const { return *stepEvents_.at(id); }
   ReduceOp op() const { return op_; }
   double scaleFactor() const { return scaleFactor_; }
   const std::string& algorithm() const { return algorithm_; }
@@ -237,6 +255,7 @@ class Schedule {
   std::vector<uint32_t> depCount_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
   std::vector<std::shared_ptr<std::byte>> deviceScratch_;
+  std::vector<std::unique_ptr<DeviceEvent>> stepEvents_;
   struct PollStep {
     PollFn ready;
     WaitingOnFn waitingOn;
