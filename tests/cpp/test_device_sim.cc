@@ -325,12 +325,17 @@ TEST_CASE("host-staged: back-to-back collectives issued from two streams, and on
 // (torch's .cpu()) for the stream to pass the op just issued, holding the
 // driver's lock, while the progress thread, releasing the op before it,
 // waited for that lock to destroy an event. The simulated device has that
-// lock. Each op's staging here is owned by the op alone, so the engine
-// releases it, and the second op of each round is issued before the first
-// has ended. A deadlock cannot fail a test: the watchdog ends the process.
-TEST_CASE("host-staged: a thread blocked on the device for the next op does not stop the release of the last") {
+// lock. Each op's staging (host-staged) or step events (device-resident)
+// are owned by the op alone, so the engine releases them, and the second op
+// of each round is issued before the first has ended. A deadlock cannot
+// fail a test: the watchdog ends the process.
+TEST_CASE("a thread blocked on the device for the next op does not stop the release of the last") {
+  const bool resident = GENERATE(false, true);
+  CAPTURE(resident);
   const int size = 2;
   SimWorld w(size, 300);
+  std::vector<std::unique_ptr<DeviceStream>> compute;
+  for (auto& rank : w.ranks) compute.push_back(rank->device.newStream());
   const size_t n = 16384;  // 128 KiB: too large to run inline in submit()
   auto body = std::async(std::launch::async, [&] {
     onEachRank(size, [&](int r) {
@@ -347,8 +352,10 @@ TEST_CASE("host-staged: a thread blocked on the device for the next op does not 
           a.dtype = DType::I64;
           a.count = n;
           a.buf = buf;
-          HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
-          pointAtHost(a, staging);
+          if (resident) a.device = DeviceQueue{&me.device, compute[r].get()};
+          HostStaging staging(me.device, *me.comm, *me.caller,
+                              resident ? std::vector<DeviceRegion>{} : regionsOf(a));
+          if (!resident) pointAtHost(a, staging);
           done = staging.done();
           auto promise = std::make_shared<std::promise<void>>();
           ended.push_back(promise->get_future());
