@@ -53,7 +53,8 @@ const std::vector<Setting> kSettings = {
      "How collectives on CUDA tensors (a CUDA build of ringx) move data. `staged`: through page-locked host "
      "buffers and the CPU algorithms (shared memory on one host), for any UCX. `resident`: device buffers go "
      "to UCX (cuda_copy, cuda_ipc) and reductions run as ringx's CUDA kernels; only the network algorithms. "
-     "The path taken is logged at INFO. Neither has run on a GPU yet (README, CUDA)."},
+     "The path taken is logged at INFO. Only `staged` with a blocking wait has passed on a GPU so far "
+     "(README, CUDA)."},
     {"RINGX_CUDA_STAGE_BYTES", SettingType::PositiveInt, "bytes", "4194304", "`4194304`", nullptr, true,
      "Host-staged all_reduce, broadcast and reduce of CUDA tensors larger than this run as up to 8 pieces of "
      "about this size, each its own collective, so the copies between device and host of one piece overlap "
