@@ -10,6 +10,13 @@
 #       --python-version 3.12 -d build/device-wheels
 # On the machine: tests/gpu/device_run.sh build/device-wheels
 #
+# On the H200 of 2026-11-27 the build took 42 s and smoke.py 13 s; a hung
+# tests/gpu case took its RINGX_GPU_TEST_TIMEOUT plus 30-40 s (start-up and
+# its stacks); how long a passing case takes was not recorded. Within a
+# 15-minute lease (about a minute of it to start the machine), one call with
+# RINGX_DEVICE_SUITE_TIMEOUT=400 and RINGX_GPU_TEST_TIMEOUT=45 leaves time for
+# the reply; RINGX_DEVICE_STEPS=first runs one case alone.
+#
 # The distribution's compiler is used (RINGX_DEVICE_CC/CXX override): the
 # image's /opt/gcc links libstdc++ statically, which the build refuses.
 set -u
