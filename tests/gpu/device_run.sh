@@ -28,12 +28,15 @@ PY=${PYTHON:-$(command -v python3)}
 mkdir -p "$OUT" "$SITE"
 # The image sets CXX to /opt/gcc's wrapper, which links libstdc++ statically,
 # so the environment's CC/CXX are not taken: RINGX_DEVICE_CC/CXX override.
+CC= CXX=
 for v in 13 12 ""; do
   [ -x "/usr/bin/g++${v:+-$v}" ] && [ -x "/usr/bin/gcc${v:+-$v}" ] || continue
-  export CC=${RINGX_DEVICE_CC:-/usr/bin/gcc${v:+-$v}} CXX=${RINGX_DEVICE_CXX:-/usr/bin/g++${v:+-$v}}
+  CC=/usr/bin/gcc${v:+-$v} CXX=/usr/bin/g++${v:+-$v}
   break
 done
-export CUDAHOSTCXX=$CXX
+CC=${RINGX_DEVICE_CC:-$CC} CXX=${RINGX_DEVICE_CXX:-$CXX}
+[ -n "$CC" ] && [ -n "$CXX" ] || { echo "device_run.sh: no /usr/bin/g++ here; name one with RINGX_DEVICE_CC/CXX"; exit 1; }
+export CC CXX CUDAHOSTCXX=$CXX
 step() { echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 
 step "machine"
@@ -41,9 +44,8 @@ step "machine"
   nvidia-smi -L
   "$PY" -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
   echo "CC=$CC CXX=$CXX (the image's CXX: ${IMAGE_CXX:-unset})"; "$CXX" --version | head -1
-  ls -l /usr/bin/g++ /usr/bin/g++-13 /usr/bin/g++-12
+  ls -l /usr/bin/g++* /opt/gcc/bin/g++
   command -v nvcc && nvcc --version | tail -1
-  ls /usr/bin/g++* /opt/gcc/bin/g++ 2>&1
   nproc
 } > "$OUT/machine.log" 2>&1
 cat "$OUT/machine.log"
