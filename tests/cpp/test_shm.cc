@@ -239,6 +239,33 @@ TEST_CASE("shm area refuses a world whose ranks are not all on this host") {
   RANK_REQUIRE(ShmArea::create(store, "t", 0, 2, 4096) == nullptr);
 }
 
+TEST_CASE("shm area ranks that ask for different slot sizes all use the smallest, and an all_reduce across chunks is right") {
+  const int size = 3;
+  const size_t asked[size] = {8192, 4096, 65536};
+  LoopbackWorld world = makeLoopbackWorld(size);
+  MemoryStore store;
+  std::vector<std::unique_ptr<ShmArea>> areas(size);
+  onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "t", r, size, asked[r]); });
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), CommOptions{}));
+  // Several 4096-byte chunks: a rank that kept its own 64 KiB would write
+  // and read past its peers' segments.
+  const size_t count = 50000;
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(areas[r]);
+    RANK_REQUIRE(areas[r]->slotBytes() == 4096);
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = float(r + int(i % 5));
+    CollArgs a{Collective::AllReduce, r, size, 0};
+    a.buf = buf.data();
+    a.count = count;
+    a.shm = areas[r].get();
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_reduce", 0, buildAllReduceShm(a)));
+    for (size_t i = 0; i < count; ++i) RANK_REQUIRE(buf[i] == float(3 + 3 * int(i % 5)));
+  });
+  comms.clear();
+}
+
 TEST_CASE("shm gather puts every rank's block in the root's output, for every root and across chunks") {
   auto size = GENERATE(2, 3, 4);
   auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});

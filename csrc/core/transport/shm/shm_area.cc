@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "core/common/error.h"
+#include "core/common/log.h"
 #include "core/common/topology.h"
 #include "core/common/types.h"
 
@@ -41,12 +44,31 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
                                          size_t slotBytes) {
   const std::string host = hostIdentity();
   store.set(keyPrefix + "/host/" + std::to_string(rank), bytesOf(host));
+  store.set(keyPrefix + "/slot/" + std::to_string(rank), bytesOf(std::to_string(slotBytes)));
   bool local = true;
   for (int p = 0; p < size; ++p) {
     if (p != rank && stringOf(store.get(keyPrefix + "/host/" + std::to_string(p))) != host) local = false;
   }
   // Every rank reaches the same verdict from the same keys.
   if (!local || size < 2) return nullptr;
+  // Every rank maps every peer's segment at its own slot size, and a peer's
+  // segment shorter than the mapping ends in SIGBUS. An explicit
+  // RINGX_SHM_BYTES is compared at group creation, but its default, one
+  // core's L2, may differ between ranks (a hybrid CPU's two kinds of core, a
+  // rank under valgrind, which reports its own cache sizes): all take the
+  // smallest.
+  size_t agreed = slotBytes;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    agreed = std::min<size_t>(agreed, std::stoull(stringOf(store.get(keyPrefix + "/slot/" + std::to_string(p)))));
+  }
+  if (agreed != slotBytes) {
+    RINGX_LOG(Info, "ringx: shared memory (rank " << rank << "): the ranks asked for different slot sizes "
+                        "(RINGX_SHM_BYTES defaults to one core's L2, which differs between them); all use "
+                        "the smallest, "
+                        << agreed << " bytes, instead of this rank's " << slotBytes);
+  }
+  slotBytes = agreed;
 
   std::unique_ptr<ShmArea> area(new ShmArea(rank, size, slotBytes));
   area->mapBytes_ = kControlBytes + 2 * slotBytes;
@@ -68,6 +90,14 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     const std::string peerName = p == rank ? name : stringOf(store.get(keyPrefix + "/shm/" + std::to_string(p)));
     int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
     if (pfd < 0) fail("shm_open " + peerName);
+    struct stat st {};
+    if (::fstat(pfd, &st) != 0 || size_t(st.st_size) < area->mapBytes_) {
+      ::close(pfd);
+      throw Error(ErrorKind::Internal, "ringx: shared memory (rank " + std::to_string(rank) + "): rank " +
+                                           std::to_string(p) + "'s segment holds " + std::to_string(st.st_size) +
+                                           " bytes, not the " + std::to_string(area->mapBytes_) +
+                                           " this rank expects; are all ranks running the same ringx build?");
+    }
     void* m = ::mmap(nullptr, area->mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
     ::close(pfd);
     if (m == MAP_FAILED) fail("mmap " + peerName);
