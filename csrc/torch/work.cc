@@ -28,14 +28,14 @@ WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, st
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
       outputs_(std::move(outputs)),
       seq_(seq),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())),
       comm_(std::move(comm)),
       creatorPid_(processId()),
       creatorFork_(forkGeneration()) {}
 
 void WorkRingx::onDevice(DeviceEnd end) {
   std::lock_guard<std::mutex> lock(mutex_);
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(),
                                                      std::vector<c10::Device>{end.device});
   device_ = std::move(end);
 }
