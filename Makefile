@@ -83,7 +83,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-floor bench-testbed clean distclean test-faults
+.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-floor bench-callpath bench-testbed clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -96,7 +96,7 @@ help:
 	@echo "make test-gpu    tests/gpu: collectives on CUDA tensors (needs a GPU; skips without one)"
 	@echo "make py-test-asan  tests/python (not the host suites) against an ASan+UBSan build of the extension"
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
-	@echo "make bench | bench-ddp | bench-floor   benchmarks/collectives.py | ddp.py | floor.py"
+	@echo "make bench | bench-ddp | bench-floor | bench-callpath   benchmarks/collectives.py | ddp.py | floor.py | callpath.py"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
 	@echo "make bench-testbed  collectives across test-bed hosts vs flat and gloo (benchmarks/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
@@ -389,6 +389,11 @@ bench-ddp: sysdeps venv build
 # An 8-byte all_reduce against the machine's floor, alone and under load (issue 12).
 bench-floor: sysdeps venv build
 	$(VPY) benchmarks/floor.py $(BENCH_ARGS)
+
+# Instructions per 8-byte all_reduce on a world of 1, counted by valgrind: ringx's
+# call path measured so that the machine's speed does not move it (issue 12).
+bench-callpath: sysdeps venv build
+	$(VPY) benchmarks/callpath.py $(BENCH_ARGS)
 
 # all_reduce, all_gather and reduce_scatter across test-bed hosts: hierarchical,
 # flat and gloo, against the measured link (benchmarks/testbed.py; root).
