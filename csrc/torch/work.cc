@@ -28,15 +28,12 @@ WorkRingx::WorkRingx(int rank, c10d::OpType type, const char* profilingTitle, st
     : c10d::Work(rank, type, profilingTitle, std::optional<std::vector<at::Tensor>>(std::move(inputs))),
       outputs_(std::move(outputs)),
       seq_(seq),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())),
       comm_(std::move(comm)),
       creatorPid_(processId()),
       creatorFork_(forkGeneration()) {}
 
 void WorkRingx::onDevice(DeviceEnd end) {
   std::lock_guard<std::mutex> lock(mutex_);
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(),
-                                                     std::vector<c10::Device>{end.device});
   device_ = std::move(end);
 }
 
@@ -108,15 +105,22 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkRingx::getFuture() {
   bool ended;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+      future_ = device_ ? c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(),
+                                                                   std::vector<c10::Device>{device_->device})
+                        : c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    }
     futureWanted_ = true;
     ended = completed_;
+    future = future_;
   }
   // Ended before anyone asked: no callback is attached yet, so completing
   // it here runs none.
   if (ended) completeFuture(nullptr);
-  return future_;
+  return future;
 }
 
 bool WorkRingx::futureWanted() {
@@ -156,14 +160,19 @@ void WorkRingx::markDone(const Error* error) {
 }
 
 void WorkRingx::completeFuture(const Error*) {
-  if (futureDone_.exchange(true)) return;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    future = future_;
+  }
+  if (!future || futureDone_.exchange(true)) return;
   std::exception_ptr ex = exception();
   if (ex) {
-    future_->setError(ex);
+    future->setError(ex);
   } else if (device_) {
-    device_->onFinishedStream([&] { future_->markCompleted(c10::IValue(outputs_)); });
+    device_->onFinishedStream([&] { future->markCompleted(c10::IValue(outputs_)); });
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    future->markCompleted(c10::IValue(outputs_));
   }
 }
 

@@ -54,7 +54,8 @@ class WorkRingx : public c10d::Work {
   void markDone(const Error* error);
   // Whether phase 2 must run on the callback pool: someone holds the Future.
   bool futureWanted();
-  // Phase 2.
+  // Phase 2; nothing to do before getFuture() made the Future (which then
+  // completes it itself, the Work having ended).
   void completeFuture(const Error* error);
 
   // How the device side ends: `finished` fires once the outputs are in
@@ -78,8 +79,10 @@ class WorkRingx : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   uint64_t seq_;
   std::atomic<int> sourceRank_{-1};
+  // Made by the first getFuture(): most calls never ask for it. Guarded by
+  // mutex_, as futureWanted_ is.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  bool futureWanted_ = false;           // guarded by mutex_
+  bool futureWanted_ = false;
   std::atomic<bool> futureDone_{false};
   std::atomic<bool> done_{false};  // phase 1 over; read by a driving waiter
   std::weak_ptr<Communicator> comm_;
