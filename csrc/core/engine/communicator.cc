@@ -50,7 +50,11 @@ struct Communicator::Active {
   std::unique_ptr<Op> op;
   std::vector<uint32_t> remaining;
   std::vector<bool> done;
-  std::deque<StepId> ready;
+  // Steps whose dependencies are done, in the order they became ready;
+  // those from readyNext on are still to run. (A vector: a deque allocates
+  // even empty, and every step enters once.)
+  std::vector<StepId> ready;
+  size_t readyNext = 0;
   std::unordered_map<StepId, TransferId> inflight;
   std::vector<StepId> polling;
   // Steps enqueued on the device, done when their event fires.
@@ -260,14 +264,20 @@ std::string Communicator::prefix(const Op& op) const {
 }
 
 bool Communicator::startSubmitted() {
-  std::deque<std::unique_ptr<Op>> batch;
   std::optional<Error> poisoned;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(submitted_);
+    if (submitted_.empty()) return false;
+    for (auto& op : submitted_) starting_.push_back(std::move(op));
+    submitted_.clear();
     poisoned = error_;
   }
-  for (auto& op : batch) {
+  // Emptied however the loop ends, as a local batch would be.
+  struct Clear {
+    std::vector<std::unique_ptr<Op>>& v;
+    ~Clear() { v.clear(); }
+  } clear{starting_};
+  for (auto& op : starting_) {
     auto a = std::make_unique<Active>();
     const Schedule& s = op->schedule;
     a->remaining = s.depCounts();
@@ -288,14 +298,13 @@ bool Communicator::startSubmitted() {
       finish(ref);
     }
   }
-  return !batch.empty();
+  return true;
 }
 
 bool Communicator::runReady(Active& a) {
   bool did = false;
-  while (!a.ready.empty() && !a.ended) {
-    StepId id = a.ready.front();
-    a.ready.pop_front();
+  while (a.readyNext < a.ready.size() && !a.ended) {
+    StepId id = a.ready[a.readyNext++];
     did = true;
     try {
       runStep(a, id);

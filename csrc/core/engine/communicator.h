@@ -193,6 +193,9 @@ class Communicator {
   // Ops are added by startSubmitted() and removed by reapFinished(), both at
   // the top level of a pass, never in a callback.
   std::list<std::unique_ptr<Active>> active_;
+  // startSubmitted()'s batch, kept between passes so that a pass with
+  // nothing submitted (every pass of a waiting driver) allocates nothing.
+  std::vector<std::unique_ptr<Op>> starting_;
   // The error that poisoned the communicator, once settle() has still to
   // fail the other pending ops with it.
   std::optional<Error> poisonPending_;
