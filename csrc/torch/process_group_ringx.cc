@@ -1,5 +1,6 @@
 #include "torch/process_group_ringx.hpp"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
@@ -335,8 +336,11 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitBuilt(Call& call,
   call.ctx.seq = call.numbering->load() + 1;
   Schedule schedule = build(call.ctx.seq);
   call.numbering->store(call.ctx.seq + seqs - 1);
-  const std::string title = "ringx:" + call.title;
-  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, call.title.empty() ? nullptr : title.c_str(),
+  // torch's Work makes a RecordFunction for a titled Work whether or not a
+  // profiler listens; without one the title would only cost that.
+  const bool profiled = !call.title.empty() && at::hasCallbacks();
+  const std::string title = profiled ? "ringx:" + call.title : std::string();
+  auto work = c10::make_intrusive<WorkRingx>(rank_, call.type, profiled ? title.c_str() : nullptr,
                                              std::move(call.recorded), std::move(outputs), call.ctx.seq, comm_);
   work->opName = call.ctx.op;
   work->publish = std::move(publish);
