@@ -175,7 +175,7 @@ def main() -> int:
             print(f"  {b:>8} {rep:>6} {r['total_per_call']:>10.0f} {own}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": {"machine": machine(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            json.dump({"meta": {"machine": m, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                                 "argv": sys.argv[1:]}, "rows": rows}, f, indent=1)
         print(f"# JSON: {args.json}")
     return 0
