@@ -112,6 +112,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "single-copy all_reduce and reduce_scatter sum every rank's input, AVG divides it, and slot ops "
+    "between them share the chunk numbering") {
+  auto size = GENERATE(2, 3, 4);
+  // 1.2 M floats span many scratch pieces and several 4 MiB transfer steps.
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{1200007});
+  CAPTURE(size, count);
+  CmaWorld w(size);
+  // Sums of the ranks' cmaValue are exact in float up to 4 ranks.
+  auto sum = [&](size_t i) {
+    float s = 0;
+    for (int q = 0; q < size; ++q) s += cmaValue(q, i);
+    return s;
+  };
+  onEachRank(size, [&](int r) {
+    uint64_t seq = 0;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<float> buf = cmaInput(r, count);
+      CollArgs a = w.args(Collective::AllReduce, r, ++seq);
+      a.buf = buf.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_reduce", seq, buildAllReduceCma(a)));
+      expectEach(r, "all_reduce", buf, sum);
+
+      std::vector<float> slotted = cmaInput(r, count);
+      a = w.args(Collective::AllReduce, r, ++seq);
+      a.buf = slotted.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_reduce", seq, buildAllReduceShm(a)));
+      expectEach(r, "slot all_reduce", slotted, sum);
+
+      const std::vector<float> in = cmaInput(r, size * count);
+      std::vector<float> mine(count, -1);
+      a = w.args(Collective::ReduceScatter, r, ++seq);
+      a.input = in.data();
+      a.buf = mine.data();
+      a.count = count;
+      // AVG's 1/n is exact where n is a power of two.
+      a.op = round == 1 && size != 3 ? ReduceOp::Avg : ReduceOp::Sum;
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "reduce_scatter", seq, buildReduceScatterCma(a)));
+      expectEach(r, "reduce_scatter", mine, [&](size_t i) {
+        const float s = sum(r * count + i);
+        return a.op == ReduceOp::Avg ? s / float(size) : s;
+      });
+    }
+  });
+}
+
+TEST_CASE(
     "single-copy all_gather, broadcast, gather and scatter match the closed form, between slot "
     "ops") {
   auto size = GENERATE(2, 3, 4);

@@ -42,6 +42,30 @@ def all_gather_sizes_differ(timeout_s, base):
     return _run_on_fresh_group(timeout_s, call)
 
 
+def all_reduce_sizes_differ(timeout_s, base):
+    """Rank r all_reduces base + r elements: every rank must fail, none may return data."""
+    r = dist.get_rank()
+
+    def call(g):
+        x = torch.full((base + r,), float(r))
+        dist.all_reduce(x, group=g)
+        return x
+
+    return _run_on_fresh_group(timeout_s, call)
+
+
+def reduce_scatter_sizes_differ(timeout_s, base):
+    """Rank r reduce_scatters n blocks of base + r elements: every rank must fail."""
+    r, n = dist.get_rank(), dist.get_world_size()
+
+    def call(g):
+        out = torch.full((base + r,), -1.0)
+        dist.reduce_scatter_tensor(out, torch.full((n * (base + r),), float(r)), group=g)
+        return out
+
+    return _run_on_fresh_group(timeout_s, call)
+
+
 def all_to_all_splits_disagree(timeout_s, scale):
     """Rank 0 sends rank 1 scale + 1 elements, rank 1 expects scale; the other pairs agree."""
     r, n = dist.get_rank(), dist.get_world_size()

@@ -19,7 +19,7 @@ from test_allreduce import (LARGE, LARGE_DTYPES, LARGE_OPS, SEED, SWEEP_COUNTS, 
 
 pytestmark = pytest.mark.skipif(harness.BACKEND != "ringx", reason="RINGX_ALGO is ringx's")
 
-ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "shm")
+ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "shm", "cma")
 WORLD_SIZES = (2, 3, 4)
 COUNTS = (0, 1, 7, 1000)
 ALGO_LINE = re.compile(r"ringx: all_reduce \(rank \d+, seq \d+\): algorithm (\w+), (\d+) bytes")

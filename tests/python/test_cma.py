@@ -4,14 +4,16 @@
   root, broadcast from every root, all_to_all with equal, uneven and zero splits, list
   and 2-D forms) runs in worlds of 2, 3 and 4 with RINGX_ALGO=cma, every dtype of those
   suites, and the logs (RINGX_DEBUG=INFO) prove that the single copy ran.
+* The single-copy reduce_scatter (forced: the cost model does not choose it) runs its whole
+  suite in worlds of 2, 3 and 4; the all_reduce's runs in test_allreduce_algorithms.py.
 * RINGX_CMA=0 with RINGX_ALGO=cma: the probe is skipped, the log says so, and the slot
   and UCX algorithms serve the same calls correctly.
-* Ranks that disagree (element counts, all_to_all split sizes) fail on every rank
-  involved, quickly, and return no data.
+* Ranks that disagree (element counts of all_gather, all_reduce and reduce_scatter,
+  all_to_all split sizes) fail on every rank involved, quickly, and return no data.
 * Faults (fresh processes, fault_scripts/cma_faults.py): a rank SIGKILLed while its peers
-  copy its memory, or before it joins; ranks the kernel forbids to read each other
-  (not dumpable, no CAP_SYS_PTRACE): RINGX_CMA=auto falls back and says why,
-  RINGX_CMA=1 fails group creation with a ValueError.
+  copy its memory (all_gather, all_reduce, reduce_scatter), or before it joins; ranks the
+  kernel forbids to read each other (not dumpable, no CAP_SYS_PTRACE): RINGX_CMA=auto falls
+  back and says why, RINGX_CMA=1 fails group creation with a ValueError.
 """
 
 import os
@@ -26,6 +28,7 @@ import harness
 import test_broadcast
 import test_collectives_alltoall
 import test_collectives_gather
+import test_collectives_reduce
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_scripts"))
 import faultlib  # noqa: E402
@@ -106,9 +109,13 @@ def test_cma_off_falls_back_to_the_slot_and_network_algorithms():
 
 @pytest.mark.parametrize("case,arg", [(cases_cma.all_gather_sizes_differ, 1000),
                                       (cases_cma.all_gather_sizes_differ, 2_000_000),
+                                      (cases_cma.all_reduce_sizes_differ, 1000),
+                                      (cases_cma.all_reduce_sizes_differ, 2_000_000),
+                                      (cases_cma.reduce_scatter_sizes_differ, 2_000_000),
                                       (cases_cma.all_to_all_splits_disagree, 10),
                                       (cases_cma.all_to_all_splits_disagree, 1_000_000)],
-                         ids=["all_gather-small", "all_gather-large", "all_to_all-small", "all_to_all-large"])
+                         ids=["all_gather-small", "all_gather-large", "all_reduce-small", "all_reduce-large",
+                              "reduce_scatter-large", "all_to_all-small", "all_to_all-large"])
 def test_disagreeing_ranks_fail_quickly_without_data(case, arg):
     ws, timeout_s = 3, 20.0
     with harness.World(ws, env={"RINGX_ALGO": "cma"}) as world:
@@ -134,17 +141,34 @@ def test_disagreeing_ranks_fail_quickly_without_data(case, arg):
             assert "element count" in msg, msg
 
 
+@pytest.mark.parametrize("ws", WORLD_SIZES, ids=lambda w: f"ws{w}")
+def test_forced_single_copy_reduce_scatter_matches_its_suite(ws):
+    """all_reduce's single copy runs the whole all_reduce matrix in
+    test_allreduce_algorithms.py; reduce_scatter's here, every dtype, op and form.
+    PREMUL_SUM takes the slot algorithm (each rank scales its own input as it copies it)."""
+    with harness.World(ws, env={"RINGX_ALGO": "reduce_scatter:cma", "RINGX_DEBUG": "INFO"}) as world:
+        w = _OneWorld(world)
+        for dtype in test_collectives_reduce.DTYPES:
+            test_collectives_reduce.test_reduce_scatter(w, ws, dtype)
+        used = algorithms_used(world)
+    algs = set().union(*(a for op, a in used.items() if op.startswith("reduce_scatter")))
+    assert "cma" in algs and algs <= {"cma", "shm"}, used
+
+
 def _fault(world_size, *args):
     env = {"RINGX_ALGO": "cma", "RINGX_DEBUG": "INFO"}
     return faultlib.launch("cma_faults.py", world_size, [str(a) for a in args], timeout=60 + 6 * FAULT_TIMEOUT,
                            env=env)
 
 
-@pytest.mark.parametrize("ws,scenario,count", [(2, "dies_reading", 1 << 26), (3, "dies_reading", 1 << 24),
-                                               (3, "dies_before", 1000)],
-                         ids=["ws2-reading-256MiB", "ws3-reading-64MiB", "ws3-before"])
-def test_peer_killed_while_its_memory_is_read_fails_survivors_naming_it(ws, scenario, count):
-    out = _fault(ws, scenario, FAULT_TIMEOUT, count)
+@pytest.mark.parametrize("ws,scenario,count,coll",
+                         [(2, "dies_reading", 1 << 26, "all_gather"), (3, "dies_reading", 1 << 24, "all_gather"),
+                          (3, "dies_reading", 1 << 24, "all_reduce"), (3, "dies_reading", 1 << 24, "reduce_scatter"),
+                          (3, "dies_before", 1000, "all_gather")],
+                         ids=["ws2-reading-256MiB", "ws3-reading-64MiB", "ws3-all_reduce-reading-192MiB",
+                              "ws3-reduce_scatter-reading-64MiB", "ws3-before"])
+def test_peer_killed_while_its_memory_is_read_fails_survivors_naming_it(ws, scenario, count, coll):
+    out = _fault(ws, scenario, FAULT_TIMEOUT, count, coll)
     victim = ws - 1
     assert out[victim].event("dying") and out[victim].returncode == -9, out.report()
     for r in range(ws - 1):

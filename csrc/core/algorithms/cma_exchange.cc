@@ -14,6 +14,11 @@ namespace {
 // (other ops, timeouts). The read rate does not depend on it from 256 KiB to
 // whole buffers (docs/algorithms.md), so it only bounds the step's length.
 constexpr size_t kPieceBytes = 4 << 20;
+// A reduction reads each peer's piece into scratch and reduces it at once,
+// while it is still in cache: all pieces together stay well inside one
+// core's L2, but each keeps process_vm_readv's fixed cost small.
+constexpr size_t kReduceScratchBytes = 256 << 10;
+constexpr size_t kMinReducePieceBytes = 16 << 10;
 constexpr auto kAliveCheckEvery = std::chrono::milliseconds(100);
 
 }  // namespace
@@ -95,47 +100,84 @@ bool CmaExchange::match() {
 }
 
 void CmaExchange::addRead(int peer, uint64_t remote, void* local, size_t bytes) {
-  if (bytes) transfers_.push_back({peer, remote, static_cast<std::byte*>(local), bytes, false});
+  if (bytes) transfers_.push_back({peer, remote, static_cast<std::byte*>(local), bytes, false, -1});
 }
 
 void CmaExchange::addWrite(int peer, uint64_t remote, const void* local, size_t bytes) {
   if (bytes)
     transfers_.push_back(
-        {peer, remote, static_cast<std::byte*>(const_cast<void*>(local)), bytes, true});
+        {peer, remote, static_cast<std::byte*>(const_cast<void*>(local)), bytes, true, -1});
+}
+
+void CmaExchange::addReduce(Reduction reduction) {
+  if (!reduction.bytes) return;
+  if (!scratch_) {
+    const size_t others = size_t(std::max(1, size() - 1));
+    scratchPiece_ = std::max(kMinReducePieceBytes, kReduceScratchBytes / others / 64 * 64);
+    scratch_ = std::make_unique_for_overwrite<std::byte[]>(others * scratchPiece_);
+    sources_.resize(size_t(size()));
+  }
+  transfers_.push_back({rank(), 0, reduction.dst, reduction.bytes, false, int(reductions_.size())});
+  reductions_.push_back(std::move(reduction));
+}
+
+bool CmaExchange::reducePiece(const Reduction& red, size_t offset, size_t n) {
+  std::byte* piece = scratch_.get();
+  for (int q = 0; q < size(); ++q) {
+    if (q == rank()) {
+      sources_[size_t(q)] = red.own + offset;
+      continue;
+    }
+    if (!copyPiece(q, red.remotes[size_t(q)] + offset, piece, n, false)) return false;
+    sources_[size_t(q)] = piece;
+    piece += scratchPiece_;
+  }
+  const size_t es = dtypeSize(red.dtype);
+  red.fn(red.dst + offset, sources_.data(), size(), n / es);
+  if (red.factor != 1.0) scale(red.dst + offset, n / es, red.dtype, red.factor);
+  return true;
+}
+
+// Checked around every piece: a peer whose engine abandoned the op (its
+// timeout) has its buffer back, and a piece read from it after that may hold
+// anything. A write is checked before it only, which leaves one piece's time
+// for the peer's caller to reuse the buffer.
+bool CmaExchange::copyPiece(int peer, uint64_t remote, std::byte* local, size_t n, bool write) {
+  try {
+    if (peer != rank() && !stillPublished(peer)) {
+      fail(peerFailed(peer), causeOf(peer));
+      return false;
+    }
+    if (write) {
+      cma_->write(peer, remote, local, n);
+      return true;
+    }
+    cma_->read(peer, local, remote, n);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (peer != rank() && !stillPublished(peer)) {
+      fail(peerFailed(peer), causeOf(peer));
+      return false;
+    }
+    return true;
+  } catch (const Error& e) {
+    // A peer whose process is gone copies nothing any more: finish need
+    // not wait for it.
+    const bool closed = e.kind() == ErrorKind::PeerClosed;
+    if (closed) dead_[size_t(peer)] = true;
+    fail(e, {peer, closed ? 1u : 0u});
+    return false;
+  }
 }
 
 bool CmaExchange::transfer() {
   size_t budget = kPieceBytes;
   while (!failure_ && next_ < transfers_.size() && budget > 0) {
     const Transfer& t = transfers_[next_];
-    const size_t n = std::min(budget, t.bytes - offset_);
-    try {
-      // Checked around every piece: a peer whose engine abandoned the op
-      // (its timeout) has its buffer back, and a piece read from it after
-      // that may hold anything. A write is checked before it only, which
-      // leaves one piece's time for the peer's caller to reuse the buffer.
-      if (t.peer != rank() && !stillPublished(t.peer)) {
-        fail(peerFailed(t.peer), causeOf(t.peer));
-        break;
-      }
-      if (t.write) {
-        cma_->write(t.peer, t.remote + offset_, t.local + offset_, n);
-      } else {
-        cma_->read(t.peer, t.local + offset_, t.remote + offset_, n);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (t.peer != rank() && !stillPublished(t.peer)) {
-          fail(peerFailed(t.peer), causeOf(t.peer));
-          break;
-        }
-      }
-    } catch (const Error& e) {
-      // A peer whose process is gone copies nothing any more: finish need
-      // not wait for it.
-      const bool closed = e.kind() == ErrorKind::PeerClosed;
-      if (closed) dead_[size_t(t.peer)] = true;
-      fail(e, {t.peer, closed ? 1u : 0u});
-      break;
-    }
+    const bool reduces = t.reduction >= 0;
+    const size_t n = std::min({budget, reduces ? scratchPiece_ : budget, t.bytes - offset_});
+    const bool ok = reduces ? reducePiece(reductions_[size_t(t.reduction)], offset_, n)
+                            : copyPiece(t.peer, t.remote + offset_, t.local + offset_, n, t.write);
+    if (!ok) break;
     budget -= n;
     offset_ += n;
     if (offset_ == t.bytes) {

@@ -40,6 +40,7 @@
 #include "core/common/error.h"
 #include "core/common/identity.h"
 #include "core/engine/schedule.h"
+#include "core/reduce/reduce.h"
 #include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 
@@ -100,6 +101,21 @@ class CmaExchange {
   // otherwise idle while their peers copy (a broadcast's root, a gather's
   // senders); the peer keeps that buffer until this rank is done.
   void addWrite(int peer, uint64_t remote, const void* local, size_t bytes);
+  // For the reducing collectives: `bytes` at remotes[q] of every peer q,
+  // read a piece at a time into scratch that stays in cache, reduced with
+  // this rank's `own` into `dst` (which may be `own`) in one n-way pass per
+  // piece, sources in rank order as the slot algorithms reduce them, then
+  // scaled by `factor` unless it is 1 (AVG). remotes[rank()] is not read.
+  struct Reduction {
+    std::vector<uint64_t> remotes;
+    const std::byte* own;
+    std::byte* dst;
+    size_t bytes;
+    ReduceNFn fn;
+    DType dtype;
+    double factor;
+  };
+  void addReduce(Reduction reduction);
   const Cma& cma() const { return *cma_; }
   int rank() const { return shm_->rank(); }
   int size() const { return shm_->size(); }
@@ -132,7 +148,12 @@ class CmaExchange {
     std::byte* local;
     size_t bytes;
     bool write;
+    int reduction;  // an index into reductions_, or -1 for a plain copy
   };
+  // One piece of a copy, or of a reduction (`n` bytes from `offset`);
+  // false once failed, the failure recorded.
+  bool copyPiece(int peer, uint64_t remote, std::byte* local, size_t n, bool write);
+  bool reducePiece(const Reduction& red, size_t offset, size_t n);
   // Every 100 ms of waiting, looks for dead peers among the ranks a step
   // waits for (the list made only then); marks and reports those found.
   void checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const);
@@ -162,6 +183,10 @@ class CmaExchange {
   std::vector<int> peers_;  // the ranks this one waits for and checks
   std::vector<CmaRecord> records_;
   std::vector<Transfer> transfers_;
+  std::vector<Reduction> reductions_;
+  std::unique_ptr<std::byte[]> scratch_;  // one piece per peer, for reductions
+  size_t scratchPiece_ = 0;
+  std::vector<const void*> sources_;
   size_t next_ = 0;
   size_t offset_ = 0;
   bool publishedOwn_ = false;

@@ -12,6 +12,9 @@ bool always(const CollArgs&) { return true; }
 bool sharedMemory(const CollArgs& a) { return a.shm != nullptr && !a.device; }
 bool sharedMemoryEvenBlocks(const CollArgs& a) { return sharedMemory(a) && a.evenSplits; }
 bool singleCopy(const CollArgs& a) { return sharedMemory(a) && a.cma != nullptr; }
+// The single-copy reduce-scatter reads peers' inputs as they are, so it
+// cannot scale each by its own rank's PREMUL_SUM factor.
+bool singleCopyUnscaled(const CollArgs& a) { return singleCopy(a) && a.op != ReduceOp::PremulSum; }
 bool hierarchical(const CollArgs& a) { return a.hosts != nullptr && !a.device; }
 
 constexpr std::array kAlgorithms{
@@ -29,6 +32,10 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::AllReduce,
               "two-shot through shared memory: copy in, fused n-way reduce of 1/n per rank, copy out",
               "all ranks on one host", &sharedMemory, &buildAllReduceShm},
+    Algorithm{"cma", Collective::AllReduce,
+              "two-shot with one copy: each rank reads its 1/n of every peer's buffer (process_vm_readv) and "
+              "reduces it in place, then reads the other reduced slices",
+              "all ranks on one host, able to read each other's memory", &singleCopy, &buildAllReduceCma},
     Algorithm{"hier", Collective::AllReduce,
               "shared-memory reduce-scatter on each host, an all-reduce among the ranks with the same local rank "
               "on every host (all at once), shared-memory all-gather",
@@ -65,6 +72,10 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::ReduceScatter,
               "each rank copies its input into shared memory and reduces its own block out of all n, chunk by chunk",
               "all ranks on one host", &sharedMemory, &buildReduceScatterShm},
+    Algorithm{"cma", Collective::ReduceScatter,
+              "each rank reads its block of every peer's input (process_vm_readv) and reduces it into its output",
+              "all ranks on one host, able to read each other's memory; not PREMUL_SUM", &singleCopyUnscaled,
+              &buildReduceScatterCma},
     Algorithm{"hier", Collective::ReduceScatter,
               "a shared-memory reduce-scatter on each host into the blocks of the ranks with each local rank, "
               "then a reduce-scatter of those among the same local rank on every host (all at once)",

@@ -58,6 +58,8 @@ Schedule buildAllGatherCma(const CollArgs& a);
 Schedule buildAllToAllCma(const CollArgs& a);
 Schedule buildBroadcastCma(const CollArgs& a);
 Schedule buildGatherCma(const CollArgs& a);
+Schedule buildAllReduceCma(const CollArgs& a);
+Schedule buildReduceScatterCma(const CollArgs& a);
 Schedule buildScatterCma(const CollArgs& a);
 
 }  // namespace ringx

@@ -180,6 +180,19 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // The root writes one piece into each rank, which reads the other n - 2.
     return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte);
   }
+  if (alg.build == &buildAllReduceCma || alg.build == &buildReduceScatterCma) {
+    // Forced only (RINGX_ALGO=all_reduce:cma, reduce_scatter:cma): against
+    // the slot algorithms on the 2-core VM (2026-11-28, docs/algorithms.md)
+    // neither won in every pattern. The all-reduce lost at world 2 up to
+    // 1 MiB (1.3-1.4x at 64-256 KiB) and at world 4 at every size from
+    // 64 KiB to 16 MiB (1.1-1.5x); it won only at world 2 from 4 MiB
+    // (0.7-0.9x). The reduce-scatter won back to back at world 2 from
+    // 256 KiB (0.67-0.9x) but lost at world 4, 256 KiB, with another
+    // group's collective between calls (1.4x), and was level at 4 MiB.
+    // The slot algorithms' copies land in slots that stay in cache, which
+    // leaves a single copy little to save in a reduction.
+    return std::numeric_limits<double>::infinity();
+  }
   // N is one block, which each rank reads (scatter) or writes (gather).
   if (alg.build == &buildGatherCma || alg.build == &buildScatterCma) {
     return kCost.cmaSyncUs + kCost.cmaCallUs + N * kCost.cmaUsPerByte;

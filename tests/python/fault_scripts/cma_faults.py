@@ -2,11 +2,13 @@
 
     cma_faults.py SCENARIO TIMEOUT_S [ARG]
 
-dies_reading COUNT  every rank but the last issues a CMA all_gather of COUNT float32
-                    elements; the last issues it too, a few milliseconds later, and
-                    SIGKILLs itself while the others copy its memory. Survivors record
-                    "pending" (must raise naming the victim, "closed") and wait for
-                    each other before they exit.
+dies_reading COUNT [COLL]
+                    every rank but the last issues a CMA all_gather (or COLL:
+                    all_reduce, reduce_scatter) of COUNT float32 elements; the last
+                    issues it too, a few milliseconds later, and SIGKILLs itself while
+                    the others copy its memory. Survivors record "pending" (must raise
+                    naming the victim, "closed") and wait for each other before they
+                    exit.
 dies_before         the last rank dies without issuing the all_gather the others wait in.
 refused MODE        every rank makes itself unreadable by its siblings (not dumpable,
                     CAP_SYS_PTRACE dropped) before init_process_group with RINGX_CMA=MODE;
@@ -25,6 +27,7 @@ import faultlib as common
 
 SCENARIO, TIMEOUT_S = sys.argv[1], float(sys.argv[2])
 ARG = sys.argv[3] if len(sys.argv) > 3 else ""
+COLL = sys.argv[4] if len(sys.argv) > 4 else "all_gather"
 
 PR_SET_DUMPABLE = 4
 CAP_SYS_PTRACE = 19
@@ -62,16 +65,22 @@ def dies(before):
     count = int(ARG) if ARG else 1000
     x = torch.full((count,), float(r))
     out = torch.empty(n * count)
-    dist.all_gather_into_tensor(out, x)  # everyone connected, the path warm
+    calls = {
+        "all_gather": lambda: dist.all_gather_into_tensor(out, x, async_op=True),
+        "all_reduce": lambda: dist.all_reduce(out, async_op=True),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, out, async_op=True),
+    }
+    call = calls[COLL]
+    call().wait()  # everyone connected, the path warm
     common.record("warm")
     if r == victim:
         time.sleep(0.5)
         if not before:
-            dist.all_gather_into_tensor(out, x, async_op=True)
+            call()
             time.sleep(0.002)
         common.record("dying")
         os.kill(os.getpid(), signal.SIGKILL)
-    work = dist.all_gather_into_tensor(out, x, async_op=True)
+    work = call()
     common.attempt("pending", work.wait)
     common.file_barrier("pending", range(n - 1), timeout=4 * TIMEOUT_S)
     common.finish(dist, destroy=False)
