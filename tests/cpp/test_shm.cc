@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 
+#include "core/common/topology.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
 #include "test_support.h"
@@ -237,6 +240,24 @@ TEST_CASE("shm area refuses a world whose ranks are not all on this host") {
   MemoryStore store;
   store.set("t/host/1", {'e', 'l', 's', 'e'});
   RANK_REQUIRE(ShmArea::create(store, "t", 0, 2, 4096) == nullptr);
+}
+
+TEST_CASE("shm area creation that fails on a peer's missing segment leaves no name of its own in /dev/shm") {
+  MemoryStore store;
+  store.set("t/host/1", bytesOf(hostIdentity()));
+  store.set("t/slot/1", bytesOf(std::string("4096")));
+  store.set("t/shm/1", bytesOf(std::string("/ringx-test-no-such-segment")));
+  const std::string mine = "ringx-" + std::to_string(::getpid()) + "-";
+  auto ownNames = [&] {
+    int found = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      if (e.path().filename().string().starts_with(mine)) ++found;
+    return found;
+  };
+  const int before = ownNames();
+  REQUIRE_THROWS_WITH(ShmArea::create(store, "t", 0, 2, 4096),
+                      Catch::Contains("shm_open /ringx-test-no-such-segment"));
+  CHECK(ownNames() == before);
 }
 
 TEST_CASE("shm area ranks that ask for different slot sizes all use the smallest, and an all_reduce across chunks is right") {

@@ -38,6 +38,15 @@ static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
   throw Error(ErrorKind::Internal, "ringx: shared memory: " + what + ": " + std::strerror(errno));
 }
 
+// Removes this rank's segment name when create() returns or throws: on
+// success every rank has mapped it by then, and a creation that fails (a
+// peer's segment missing or short, a mapping refused, peers that never map)
+// must not leave it in /dev/shm until reboot.
+struct UnlinkOnExit {
+  std::string name;
+  ~UnlinkOnExit() { ::shm_unlink(name.c_str()); }
+};
+
 }  // namespace
 
 std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPrefix, int rank, int size,
@@ -77,9 +86,9 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
                            std::to_string(rank);
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail("shm_open " + name);
+  const UnlinkOnExit unlink{name};
   if (::ftruncate(fd, off_t(area->mapBytes_)) != 0) {
     ::close(fd);
-    ::shm_unlink(name.c_str());
     fail("ftruncate");
   }
   ::close(fd);
@@ -109,8 +118,8 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     area->data_.push_back(base + kControlBytes);
     if (p == 0) area->bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(base + kBellOffset));
   }
-  // Once everyone has mapped every segment the names can go: nothing is left
-  // in /dev/shm even if a process dies later.
+  // Once everyone has mapped every segment the names can go (UnlinkOnExit):
+  // nothing is left in /dev/shm even if a process dies later.
   store.add(keyPrefix + "/shm-mapped", 1);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (store.add(keyPrefix + "/shm-mapped", 0) < size) {
@@ -119,7 +128,6 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  ::shm_unlink(name.c_str());
   return area;
 }
 
