@@ -483,6 +483,14 @@ TEST_CASE(
     e.evenSplits = true;
     CHECK(selectAlgorithm(e, AlgoOverride("")).name == "cma");
     CHECK(selectAlgorithm(e, AlgoOverride("all_to_all:shm")).name == "shm");
+
+    // Without the single copy both forms take pairwise, the one algorithm
+    // that serves both; the slot algorithm only when forced.
+    e.cma = nullptr;
+    v.cma = nullptr;
+    CHECK(selectAlgorithm(e, AlgoOverride("")).name == "pairwise");
+    CHECK(selectAlgorithm(v, AlgoOverride("")).name == "pairwise");
+    CHECK(selectAlgorithm(e, AlgoOverride("all_to_all:shm")).name == "shm");
   }
 }
 

@@ -99,7 +99,7 @@ def test_cma_off_falls_back_to_the_slot_and_network_algorithms():
         for dtype in ("float32", "uint8"):
             test_collectives_gather.test_all_gather(w, 3, dtype)
             test_collectives_gather.test_gather(w, 3, dtype)
-            test_collectives_alltoall.test_all_to_all_single(w, 3, dtype, mixed_forms=False)
+            test_collectives_alltoall.test_all_to_all_single(w, 3, dtype)
         test_broadcast.test_broadcast(w, 3, "float32", test_broadcast.LARGE)
         used = algorithms_used(world)
         logs = "".join(world.log_text(r) for r in range(3))

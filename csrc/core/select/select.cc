@@ -214,9 +214,16 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return chunks * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllToAllShm) {
-    // N is the whole input: copied in once and out once.
-    const double chunks = shmChunks(N);
-    return chunks * 2 * kCost.shmSyncUs + 2 * N * kCost.copyUsPerByte;
+    // Forced only (RINGX_ALGO=all_to_all:shm, every rank calling without
+    // split sizes): a rank may pass split sizes where another passes none
+    // (gloo allows it), so both forms must choose alike, and without the
+    // single copy the one algorithm that serves both is pairwise. With
+    // UCX's and ringx's single copy both off (UCX_TLS=^cma RINGX_CMA=0) on
+    // the 2-core VM (2026-11-28, two alternating runs, us) pairwise took
+    // 13-17 against 10-16 at 4 KiB and 62-79 against 45-64 at 256 KiB at
+    // world 2, 91-142 against 62-89 and 257-350 against 226-253 at world 4,
+    // and was level at 4 MiB: the price of calls that mix, as gloo's do.
+    return std::numeric_limits<double>::infinity();
   }
   if (alg.build == &buildReduceScatterRing) {
     return (n - 1) * (alpha + N * (beta + kCost.gammaUsPerByte));
