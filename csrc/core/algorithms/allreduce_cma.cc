@@ -40,10 +40,7 @@ Schedule buildAllReduceCma(const CollArgs& a) {
   const StepId reduced = addCmaExchange(
       s, a.shm, a.cma, identity, mine,
       [=](CmaExchange& x) {
-        std::vector<uint64_t> remotes(static_cast<size_t>(n));
-        for (int q = 0; q < n; ++q) remotes[size_t(q)] = x.record(q).addr + sliceStart(r);
-        std::byte* slice = buf + sliceStart(r);
-        x.addReduce({std::move(remotes), slice, slice, sliceBytes(r), reduce, dtype, avg});
+        x.addReduce({sliceStart(r), buf + sliceStart(r), sliceBytes(r), reduce, dtype, avg});
       },
       prev);
   addCmaExchange(

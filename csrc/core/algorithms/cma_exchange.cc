@@ -124,11 +124,12 @@ void CmaExchange::addReduce(Reduction reduction) {
 bool CmaExchange::reducePiece(const Reduction& red, size_t offset, size_t n) {
   std::byte* piece = scratch_.get();
   for (int q = 0; q < size(); ++q) {
+    const uint64_t at = records_[size_t(q)].addr + red.offset + offset;
     if (q == rank()) {
-      sources_[size_t(q)] = red.own + offset;
+      sources_[size_t(q)] = reinterpret_cast<const std::byte*>(at);
       continue;
     }
-    if (!copyPiece(q, red.remotes[size_t(q)] + offset, piece, n, false)) return false;
+    if (!copyPiece(q, at, piece, n, false)) return false;
     sources_[size_t(q)] = piece;
     piece += scratchPiece_;
   }

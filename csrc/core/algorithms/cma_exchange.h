@@ -101,14 +101,14 @@ class CmaExchange {
   // otherwise idle while their peers copy (a broadcast's root, a gather's
   // senders); the peer keeps that buffer until this rank is done.
   void addWrite(int peer, uint64_t remote, const void* local, size_t bytes);
-  // For the reducing collectives: `bytes` at remotes[q] of every peer q,
-  // read a piece at a time into scratch that stays in cache, reduced with
-  // this rank's `own` into `dst` (which may be `own`) in one n-way pass per
-  // piece, sources in rank order as the slot algorithms reduce them, then
-  // scaled by `factor` unless it is 1 (AVG). remotes[rank()] is not read.
+  // For the reducing collectives: `bytes` at `offset` into every rank's
+  // published buffer, the peers' read a piece at a time into scratch that
+  // stays in cache and reduced with this rank's own into `dst` (which may be
+  // that same place) in one n-way pass per piece, sources in rank order as
+  // the slot algorithms reduce them, then scaled by `factor` unless it is 1
+  // (AVG).
   struct Reduction {
-    std::vector<uint64_t> remotes;
-    const std::byte* own;
+    uint64_t offset;
     std::byte* dst;
     size_t bytes;
     ReduceNFn fn;

@@ -30,9 +30,7 @@ Schedule buildReduceScatterCma(const CollArgs& a) {
   const double avg = a.op == ReduceOp::Avg ? 1.0 / n : 1.0;
   const CmaRecord mine{reinterpret_cast<uint64_t>(in), size_t(n) * blockBytes, 0};
   addCmaExchange(s, a.shm, a.cma, cmaIdentity(a, &buildReduceScatterCma), mine, [=](CmaExchange& x) {
-    std::vector<uint64_t> remotes(static_cast<size_t>(n));
-    for (int q = 0; q < n; ++q) remotes[size_t(q)] = x.record(q).addr + uint64_t(r) * blockBytes;
-    x.addReduce({std::move(remotes), in + size_t(r) * blockBytes, out, blockBytes, reduce, dtype, avg});
+    x.addReduce({uint64_t(r) * blockBytes, out, blockBytes, reduce, dtype, avg});
   });
   return s;
 }
