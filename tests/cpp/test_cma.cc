@@ -394,15 +394,18 @@ TEST_CASE(
 
 TEST_CASE(
     "single-copy all_to_all with every table in a slot: a rank fails when two other ranks' split "
-    "sizes disagree, naming them") {
+    "sizes disagree, naming them, whether the inputs lie in the slots too or are read in place") {
+  // 4096-byte slots: two elements per block fit beside the table, 2000 do not.
+  const size_t scale = GENERATE(size_t{2}, size_t{2000});
+  CAPTURE(scale);
   CmaWorld w(3);
   std::vector<std::optional<Error>> errs(3);
   onEachRank(3, [&](int r) {
-    // Rank 1 sends rank 2 three elements, rank 2 expects two; rank 0's pairs agree.
-    std::vector<size_t> sends{2, 2, 2}, recvs{2, 2, 2};
-    if (r == 1) sends[2] = 3;
-    const std::vector<float> in(7, float(r));
-    std::vector<float> out(7, -1);
+    // Rank 1 sends rank 2 one element more than rank 2 expects; rank 0's pairs agree.
+    std::vector<size_t> sends{scale, scale, scale}, recvs{scale, scale, scale};
+    if (r == 1) sends[2] = scale + 1;
+    const std::vector<float> in(3 * scale + 1, float(r));
+    std::vector<float> out(3 * scale + 1, -1);
     CollArgs a = w.args(Collective::AllToAll, r, 1);
     size_t at = 0, back = 0;
     for (int q = 0; q < 3; ++q) {
@@ -415,13 +418,15 @@ TEST_CASE(
     }
     a.input = in.data();
     a.buf = out.data();
-    a.count = 7;
+    a.count = in.size();
     errs[r] = runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a), 10s);
   });
   REQUIRE(errs[0]);
   CHECK(errs[0]->kind() == ErrorKind::InvalidArgument);
   CHECK_THAT(errs[0]->what(), Catch::Contains("ranks 1 and 2 disagree on their split sizes: rank 1 "
-                                              "sends rank 2 12 bytes and expects 8"));
+                                              "sends rank 2 " +
+                                              std::to_string(4 * (scale + 1)) + " bytes and expects " +
+                                              std::to_string(4 * scale)));
   for (int r = 1; r < 3; ++r) {
     REQUIRE(errs[r]);
     CHECK_THAT(errs[r]->what(), Catch::Contains("rank " + std::to_string(3 - r)) &&

@@ -21,6 +21,9 @@ SPLIT_PATTERNS = {
     "zeros": lambda src, dst, ws, count: 0 if src == 0 or dst == ws - 1 else src + dst + 1,
     # large and uneven
     "large_uneven": lambda src, dst, ws, count: count + 97 * ((src + 2 * dst) % ws),
+    # rank 0 sends `count` to every rank, the others one element: with a large count, rank
+    # 0's input is read in place where the others' go through their slots (single copy)
+    "lopsided": lambda src, dst, ws, count: count if src == 0 else 1,
     # rank 0 passes no split sizes (it sends and receives `count` per peer); the others pass
     # them, uneven between each other (as gloo allows)
     "mixed": lambda src, dst, ws, count: (count if 0 in (src, dst) or src == dst

@@ -30,7 +30,8 @@ def _variants(ws, dtype):
     v = [("equal", c) for c in (0, 1, 13)]
     v += [("equal_explicit", 13), ("uneven", 0), ("zeros", 0), ("mixed", 0), ("mixed", 13)]
     if (ws, dtype) in LARGE_COMBOS:
-        v += [("equal", LARGE // ws), ("large_uneven", LARGE // ws), ("mixed", LARGE // ws)]
+        v += [("equal", LARGE // ws), ("large_uneven", LARGE // ws), ("mixed", LARGE // ws),
+              ("lopsided", LARGE // ws)]
     return v
 
 

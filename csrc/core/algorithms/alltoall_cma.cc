@@ -16,6 +16,16 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
   return end;
 }
 
+// A rank's input goes through its slot (CmaRecord::dataInline) while the n
+// ranks' inputs together stay within this; beyond it, peers read it in
+// place. The slot path copies every byte twice but makes no system call. On
+// the 2-core VM (2026-11-28, docs/algorithms.md) the slot path won at world 2
+// up to 128 KiB and was level at 256 KiB, and at world 4 was level at 32-64
+// KiB and lost from 128 KiB (a quarter slower at 256 KiB): each rank's copy
+// into its slot comes before any peer can read, and four ranks' copies share
+// two cores.
+constexpr size_t kInlineHostBytes = 256 << 10;
+
 // Where a rank passes no split sizes, its blocks are its tensor's rows cut
 // evenly: ranks whose tensors differ in size then disagree the same way.
 constexpr const char* kSplitRule =
@@ -62,16 +72,16 @@ void checkPair(int p, int q, const CmaBlock& pToQ, const CmaBlock& qToP) {
 // bytes), and reads its block straight out of each peer's input into its
 // output, starting with r + 1. A rank returns only once every peer has
 // finished reading its input (core/algorithms/cma_exchange.h), except when
-// every rank's table and input lie in its slot (below). An input that
+// every rank's input lies in its slot (below). An input that
 // overlaps the output is first copied aside, since peers read it while this
 // rank writes its output. Inputs and outputs that are separate tensors
 // (CollArgs::inputBlocks, blocks) are read and written in place: the table
 // then holds each input block's address, against a record address of 0.
 //
 // Memory traffic per rank: its received bytes, copied once, against twice
-// for the slot algorithm; two counter hand-offs and n - 1 table reads. A
-// rank whose table and input fit its slot copies them there instead, and
-// its peers copy from the slot: twice copied, but no system call.
+// for the slot algorithm; two counter hand-offs. Each rank's table lies in
+// its slot (where it fits), and with it a small input (kInlineHostBytes):
+// its peers then copy from the slot, twice copied but no system call.
 Schedule buildAllToAllCma(const CollArgs& a) {
   Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("cma");
@@ -91,11 +101,13 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                               : static_cast<std::byte*>(a.blocks[size_t(j)]);
   }
 
-  // Table and input inline in the slot when both fit (CmaRecord::inlineBytes):
-  // peers then copy from shared memory, and an input that overlaps the
-  // output is safe once it is there.
+  // The table in the slot whenever it fits, the input after it when small
+  // (CmaRecord::inlineBytes, dataInline): peers then copy from shared
+  // memory, and an input that overlaps the output is safe once it is there.
   const size_t tableBytes = (n * sizeof(CmaBlock) + 63) / 64 * 64;
-  const bool inlined = tableBytes + inBytes <= a.shm->slotBytes();
+  const bool tableInline = tableBytes <= a.shm->slotBytes();
+  const bool inlined = tableInline && size_t(n) * inBytes <= kInlineHostBytes &&
+                       tableBytes + inBytes <= a.shm->slotBytes();
   // Only a packed input read from this rank's memory can meet an output block.
   bool inputOverlapsOutput = false;
   if (!inlined && a.inputBlocks.empty() && inBytes) {
@@ -120,11 +132,12 @@ Schedule buildAllToAllCma(const CollArgs& a) {
     table[j] = {at, a.sendBytes[j], a.recvBytes[j]};
   }
   const CmaRecord mine{absolute ? 0 : reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
-                       inlined ? tableBytes + inBytes : 0};
+                       tableInline ? tableBytes + (inlined ? inBytes : 0) : 0, inlined ? 1u : 0u};
   CmaExchange::Fill fill;
-  if (inlined) {
+  if (tableInline) {
     fill = [=](std::byte* slot) {
       std::memcpy(slot, table, n * sizeof(CmaBlock));
+      if (!inlined) return;
       for (int j = 0; j < n; ++j) {
         const CmaBlock& b = table[j];
         if (b.sendBytes) std::memcpy(slot + tableBytes + b.sendOffset, src[j], b.sendBytes);
@@ -137,9 +150,8 @@ Schedule buildAllToAllCma(const CollArgs& a) {
       [=](CmaExchange& x) {
         for (int k = 0; k < n; ++k) {
           const int q = (r + k) % n;
-          const bool fromSlot = x.record(q).inlineBytes != 0;
           CmaBlock theirs = table[r];
-          if (fromSlot)
+          if (q != r && x.record(q).inlineBytes != 0)
             theirs = entry(x.peerSlot(q), r);
           else if (q != r)
             x.cma().read(q, &theirs, x.record(q).table + r * sizeof(CmaBlock), sizeof(theirs));
@@ -153,26 +165,30 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     std::to_string(table[q].sendBytes) +
                     ": the ranks' split sizes disagree " + kSplitRule);
           }
-          if (!fromSlot) x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[q], theirs.sendBytes);
+          if (!x.record(q).dataInline)
+            x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[q], theirs.sendBytes);
         }
         // Every table in a slot: this rank checks the pairs it is not in as
         // well, so that every rank fails when any pair disagrees, as their
-        // results would if they waited for the pair's verdict; and no peer
-        // reads this rank's memory, so it need not wait for their copies.
-        bool allInline = true;
-        for (int q = 0; q < n; ++q) allInline = allInline && x.record(q).inlineBytes != 0;
-        if (allInline) {
+        // results would if they waited for the pair's verdict.
+        bool tablesInline = true, dataInline = true;
+        for (int q = 0; q < n; ++q) {
+          tablesInline = tablesInline && x.record(q).inlineBytes != 0;
+          dataInline = dataInline && x.record(q).dataInline != 0;
+        }
+        if (tablesInline) {
           for (int p = 0; p < n; ++p) {
             for (int q = p + 1; q < n; ++q) {
               if (p == r || q == r) continue;
               checkPair(p, q, entry(x.peerSlot(p), q), entry(x.peerSlot(q), p));
             }
           }
-          x.endWithOwnCopies();
         }
+        // No peer reads this rank's memory: it need not wait for their copies.
+        if (dataInline) x.endWithOwnCopies();
         // Copies out of slots wait until every pair is checked, as reads do.
         for (int q = 0; q < n; ++q) {
-          if (x.record(q).inlineBytes == 0) continue;
+          if (!x.record(q).dataInline) continue;
           const CmaBlock theirs = entry(x.peerSlot(q), r);
           const std::byte* from = x.peerSlot(q) + tableBytes + theirs.sendOffset;
           if (theirs.sendBytes) std::memcpy(dst[q], from, theirs.sendBytes);

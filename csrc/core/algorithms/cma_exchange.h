@@ -51,11 +51,14 @@ struct CmaRecord {
   uint64_t addr = 0;   // the buffer peers copy from or into; 0 when none
   uint64_t bytes = 0;  // its length
   uint64_t table = 0;  // all_to_all: the address of this rank's CmaBlock[n]; 0 otherwise
-  // Non-zero when what peers read (all_to_all: table and input) fits this
-  // rank's slot and was copied there at publish: peers then copy it out of
-  // shared memory, which for small buffers costs less than the system calls
-  // that read another process's memory. The bytes copied.
+  // Non-zero when the table fits this rank's slot and was copied there at
+  // publish: peers look it up in shared memory instead of with a system call
+  // each. The bytes copied, the table's and those of dataInline below.
   uint64_t inlineBytes = 0;
+  // all_to_all: 1 when the input follows the table in the slot, for inputs
+  // small enough that two copies cost less than the system calls that read
+  // another process's memory; peers then read nothing from this rank's.
+  uint64_t dataInline = 0;
 };
 static_assert(sizeof(CmaRecord) <= ShmArea::kOpRecordBytes);
 

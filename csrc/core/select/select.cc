@@ -202,7 +202,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // byte counts differ, and so would their estimates, but the choice must
     // be the same on every rank; and a rank may pass split sizes where
     // another passes none (gloo allows it), so both forms must choose alike.
-    // Small inputs go through the slots (CmaRecord::inlineBytes).
+    // Small inputs go through the slots (CmaRecord::dataInline).
     return 0;
   }
   if (alg.build == &buildAllGatherRing) {
