@@ -93,6 +93,29 @@ void expectEach(int r, const std::string& what, const std::vector<float>& got, W
   }
 }
 
+// Runs the all_to_all laid out in `a` (packed input `in`) again as call
+// `seq`, each message in a block of its own both ways, and checks every
+// block this rank receives.
+void expectSeparateBlocks(CmaWorld& w, const CollArgs& a, const std::vector<float>& in,
+                          uint64_t seq, const std::string& what) {
+  const int r = a.rank, size = a.size;
+  CollArgs sep = a;
+  sep.seq = seq;
+  std::vector<std::vector<float>> ins(size), outs(size);
+  for (int q = 0; q < size; ++q) {
+    ins[q].assign(in.begin() + a.sendOffsets[q] / 4, in.begin() + (a.sendOffsets[q] + a.sendBytes[q]) / 4);
+    outs[q].assign(a.recvBytes[q] / 4, -1);
+    sep.inputBlocks.push_back(ins[q].data());
+    sep.blocks.push_back(outs[q].data());
+  }
+  sep.input = nullptr;
+  sep.buf = nullptr;
+  RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", seq, buildAllToAllCma(sep)));
+  for (int q = 0; q < size; ++q) {
+    expectEach(r, what + " block " + std::to_string(q), outs[q], [&](size_t i) { return message(q, r, i); });
+  }
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -317,21 +340,53 @@ TEST_CASE(
                [&](size_t i) { return message(int(i / block), r, i % block); });
 
     // The uneven exchange again, each message in a block of its own both ways.
-    CollArgs sep = a;
-    sep.seq = 3;
-    std::vector<std::vector<float>> ins(size), outs(size);
-    for (int q = 0; q < size; ++q) {
-      ins[q].assign(in.begin() + a.sendOffsets[q] / 4, in.begin() + (a.sendOffsets[q] + a.sendBytes[q]) / 4);
-      outs[q].assign(a.recvBytes[q] / 4, -1);
-      sep.inputBlocks.push_back(ins[q].data());
-      sep.blocks.push_back(outs[q].data());
-    }
-    sep.input = nullptr;
-    sep.buf = nullptr;
-    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 3, buildAllToAllCma(sep)));
-    for (int q = 0; q < size; ++q) {
-      expectEach(r, "separate all_to_all block " + std::to_string(q), outs[q],
-                 [&](size_t i) { return message(q, r, i); });
+    expectSeparateBlocks(w, a, in, 3, "separate all_to_all");
+  });
+}
+
+TEST_CASE(
+    "single-copy all_to_all delivers every byte between ranks whose blocks for each other differ "
+    "in size (the receiver reads the head, the sender writes the tail), packed, in separate blocks "
+    "and in place, below, at and above the smallest tail, and where the sender's input lies in its "
+    "slot") {
+  auto size = GENERATE(2, 3);
+  // 8176 elements more one way leave a tail just under 16 KiB, 8192 just
+  // at it. With 1 MiB slots the 8176- and 8192-element inputs lie in the
+  // slots (so nothing is written), with 4096-byte slots none does.
+  auto diff = GENERATE(size_t{8176}, size_t{8192}, size_t{300001});
+  auto slotBytes = GENERATE(size_t{4096}, size_t{1} << 20);
+  CAPTURE(size, diff, slotBytes);
+  const size_t small = 5;
+  // At world 3 each rank sends its successor the larger block, so every rank
+  // sends and receives as much as the others (and can exchange in place).
+  auto count = [&](int src, int dst) -> size_t {
+    if (src == dst) return 3;
+    if (size == 2) return src == 0 ? small + diff : small;
+    return dst == (src + 1) % size ? small + diff : small;
+  };
+  CmaWorld w(size, slotBytes);
+  onEachRank(size, [&](int r) {
+    CollArgs a = w.args(Collective::AllToAll, r, 1);
+    std::vector<float> in, want;
+    layOutAllToAll(a, size, count, in, want);
+    std::vector<float> out(want.size(), -1);
+    a.input = in.data();
+    a.buf = out.data();
+    a.count = in.size();
+    RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 1, buildAllToAllCma(a)));
+    expectEach(r, "lopsided all_to_all", out, [&](size_t i) { return want[i]; });
+
+    expectSeparateBlocks(w, a, in, 2, "lopsided separate");
+
+    if (size == 3) {
+      // In place: the input is copied aside, and the tails come from there.
+      CollArgs inPlace = a;
+      inPlace.seq = 3;
+      std::vector<float> buf = in;
+      inPlace.input = buf.data();
+      inPlace.buf = buf.data();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_to_all", 3, buildAllToAllCma(inPlace)));
+      expectEach(r, "lopsided in-place all_to_all", buf, [&](size_t i) { return want[i]; });
     }
   });
 }

@@ -11,7 +11,8 @@
 * Ranks that disagree (element counts of all_gather, all_reduce and reduce_scatter,
   all_to_all split sizes) fail on every rank involved, quickly, and return no data.
 * Faults (fresh processes, fault_scripts/cma_faults.py): a rank SIGKILLed while its peers
-  copy its memory (all_gather, all_reduce, reduce_scatter), or before it joins; ranks the
+  copy its memory (all_gather, all_reduce, reduce_scatter; a lopsided all_to_all where it
+  writes tails into its peers, and one where they write into it), or before it joins; ranks the
   kernel forbids to read each other (not dumpable, no CAP_SYS_PTRACE): RINGX_CMA=auto falls
   back and says why, RINGX_CMA=1 fails group creation with a ValueError.
 """
@@ -161,9 +162,12 @@ def _fault(world_size, *args):
 @pytest.mark.parametrize("ws,scenario,count,coll",
                          [(2, "dies_reading", 1 << 26, "all_gather"), (3, "dies_reading", 1 << 24, "all_gather"),
                           (3, "dies_reading", 1 << 24, "all_reduce"), (3, "dies_reading", 1 << 24, "reduce_scatter"),
+                          (3, "dies_reading", 1 << 24, "all_to_all_from"),
+                          (3, "dies_reading", 1 << 24, "all_to_all_to"),
                           (3, "dies_before", 1000, "all_gather")],
                          ids=["ws2-reading-256MiB", "ws3-reading-64MiB", "ws3-all_reduce-reading-192MiB",
-                              "ws3-reduce_scatter-reading-64MiB", "ws3-before"])
+                              "ws3-reduce_scatter-reading-64MiB", "ws3-all_to_all-victim-writes-64MiB",
+                              "ws3-all_to_all-victim-written-64MiB", "ws3-before"])
 def test_peer_killed_while_its_memory_is_read_fails_survivors_naming_it(ws, scenario, count, coll):
     out = _fault(ws, scenario, FAULT_TIMEOUT, count, coll)
     victim = ws - 1

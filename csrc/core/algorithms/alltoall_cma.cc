@@ -26,6 +26,11 @@ size_t extent(const std::vector<size_t>& offsets, const std::vector<size_t>& byt
 // two cores.
 constexpr size_t kInlineHostBytes = 256 << 10;
 
+// The smallest tail a sender writes into its receiver (writtenTail): each
+// costs the sender a system call. Tails from this size up were measured
+// (docs/algorithms.md), none smaller.
+constexpr size_t kMinWrittenTailBytes = 16 << 10;
+
 // Where a rank passes no split sizes, its blocks are its tensor's rows cut
 // evenly: ranks whose tensors differ in size then disagree the same way.
 constexpr const char* kSplitRule =
@@ -43,6 +48,19 @@ CmaBlock entry(const std::byte* table, int j) {
 // Whether two ranks' table entries for each other agree in both directions.
 bool agree(const CmaBlock& pToQ, const CmaBlock& qToP) {
   return pToQ.sendBytes == qToP.recvBytes && pToQ.recvBytes == qToP.sendBytes;
+}
+
+// Where one direction of a pair moves more bytes than the other, a reader
+// alone would copy more than its peer: the sender writes the tail of its
+// block into the receiver (process_vm_writev) so that both copy half the
+// pair's difference more than the smaller direction. `bytes` is the
+// direction's block, `back` the other direction's; both ranks of the pair
+// compute the same split from their agreeing tables. A sender whose input
+// lies in its slot writes nothing: the receiver copies the block from there.
+size_t writtenTail(uint64_t bytes, uint64_t back, bool senderInline) {
+  if (senderInline || bytes <= back) return 0;
+  const size_t tail = (bytes - back) / 2 / 64 * 64;
+  return tail >= kMinWrittenTailBytes ? tail : 0;
 }
 
 // The exchange between ranks p and q as their tables describe it (entry q
@@ -70,9 +88,12 @@ void checkPair(int p, int q, const CmaBlock& pToQ, const CmaBlock& qToP) {
 // peer's table, checks both directions against its own split sizes (so a
 // pair that disagrees fails on both sides instead of copying the wrong
 // bytes), and reads its block straight out of each peer's input into its
-// output, starting with r + 1. A rank returns only once every peer has
-// finished reading its input (core/algorithms/cma_exchange.h), except when
-// every rank's input lies in its slot (below). An input that
+// output, starting with r + 1. Where a pair's two blocks differ in size, the
+// sender of the larger writes its tail into the receiver instead
+// (writtenTail), so both copy the same. A rank returns only once every peer
+// has finished reading its input and writing into its output
+// (core/algorithms/cma_exchange.h), except when every rank's input lies in
+// its slot (below). An input that
 // overlaps the output is first copied aside, since peers read it while this
 // rank writes its output. Inputs and outputs that are separate tensors
 // (CollArgs::inputBlocks, blocks) are read and written in place: the table
@@ -129,7 +150,7 @@ Schedule buildAllToAllCma(const CollArgs& a) {
   auto* table = reinterpret_cast<CmaBlock*>(s.scratch(n * sizeof(CmaBlock)));
   for (int j = 0; j < n; ++j) {
     const uint64_t at = absolute ? reinterpret_cast<uint64_t>(src[j]) : a.sendOffsets[j];
-    table[j] = {at, a.sendBytes[j], a.recvBytes[j]};
+    table[j] = {at, a.sendBytes[j], a.recvBytes[j], reinterpret_cast<uint64_t>(dst[j])};
   }
   const CmaRecord mine{absolute ? 0 : reinterpret_cast<uint64_t>(in), inBytes, reinterpret_cast<uint64_t>(table),
                        tableInline ? tableBytes + (inlined ? inBytes : 0) : 0, inlined ? 1u : 0u};
@@ -165,8 +186,15 @@ Schedule buildAllToAllCma(const CollArgs& a) {
                     std::to_string(table[q].sendBytes) +
                     ": the ranks' split sizes disagree " + kSplitRule);
           }
-          if (!x.record(q).dataInline)
-            x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[q], theirs.sendBytes);
+          if (!x.record(q).dataInline) {
+            const size_t written = q == r ? 0 : writtenTail(theirs.sendBytes, table[q].sendBytes, false);
+            x.addRead(q, x.record(q).addr + theirs.sendOffset, dst[q], theirs.sendBytes - written);
+          }
+          const size_t tail = q == r ? 0 : writtenTail(table[q].sendBytes, theirs.sendBytes, inlined);
+          if (tail) {
+            const size_t head = table[q].sendBytes - tail;
+            x.addWrite(q, theirs.recvAddr + head, src[q] + head, tail);
+          }
         }
         // Every table in a slot: this rank checks the pairs it is not in as
         // well, so that every rank fails when any pair disagrees, as their

@@ -77,6 +77,7 @@ struct CmaBlock {
   uint64_t sendOffset;  // where the block for j starts in r's input
   uint64_t sendBytes;   // bytes r sends j
   uint64_t recvBytes;   // bytes r expects from j
+  uint64_t recvAddr;    // where j's block for r goes in r's memory (j may write its tail)
 };
 
 class CmaExchange {

@@ -4,7 +4,10 @@
 
 dies_reading COUNT [COLL]
                     every rank but the last issues a CMA all_gather (or COLL:
-                    all_reduce, reduce_scatter) of COUNT float32 elements; the last
+                    all_reduce, reduce_scatter; all_to_all_from, where the last rank
+                    sends every other COUNT elements and gets 1 from each, so it
+                    writes tails into them while they read it; all_to_all_to, the
+                    reverse) of COUNT float32 elements; the last
                     issues it too, a few milliseconds later, and SIGKILLs itself while
                     the others copy its memory. Survivors record "pending" (must raise
                     naming the victim, "closed") and wait for each other before they
@@ -65,7 +68,18 @@ def dies(before):
     count = int(ARG) if ARG else 1000
     x = torch.full((count,), float(r))
     out = torch.empty(n * count)
+    def lopsided(big_from_victim):
+        def sends(src, dst):
+            big = src == victim if big_from_victim else dst == victim
+            return count if big and src != dst else 1
+        ins = [sends(r, q) for q in range(n)]
+        outs = [sends(q, r) for q in range(n)]
+        inp, got = torch.ones(sum(ins)), torch.empty(sum(outs))
+        return lambda: dist.all_to_all_single(got, inp, outs, ins, async_op=True)
+
     calls = {
+        "all_to_all_from": lopsided(True),
+        "all_to_all_to": lopsided(False),
         "all_gather": lambda: dist.all_gather_into_tensor(out, x, async_op=True),
         "all_reduce": lambda: dist.all_reduce(out, async_op=True),
         "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, out, async_op=True),
