@@ -66,8 +66,7 @@ def dies(before):
     r, n = dist.get_rank(), dist.get_world_size()
     victim = n - 1
     count = int(ARG) if ARG else 1000
-    x = torch.full((count,), float(r))
-    out = torch.empty(n * count)
+
     def lopsided(big_from_victim):
         def sends(src, dst):
             big = src == victim if big_from_victim else dst == victim
@@ -77,14 +76,17 @@ def dies(before):
         inp, got = torch.ones(sum(ins)), torch.empty(sum(outs))
         return lambda: dist.all_to_all_single(got, inp, outs, ins, async_op=True)
 
-    calls = {
-        "all_to_all_from": lopsided(True),
-        "all_to_all_to": lopsided(False),
-        "all_gather": lambda: dist.all_gather_into_tensor(out, x, async_op=True),
-        "all_reduce": lambda: dist.all_reduce(out, async_op=True),
-        "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, out, async_op=True),
-    }
-    call = calls[COLL]
+    # Only the chosen call's buffers are allocated: each is up to hundreds of MiB.
+    if COLL.startswith("all_to_all_"):
+        call = lopsided({"all_to_all_from": True, "all_to_all_to": False}[COLL])
+    else:
+        x = torch.full((count,), float(r))
+        out = torch.empty(n * count)
+        call = {
+            "all_gather": lambda: dist.all_gather_into_tensor(out, x, async_op=True),
+            "all_reduce": lambda: dist.all_reduce(out, async_op=True),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, out, async_op=True),
+        }[COLL]
     call().wait()  # everyone connected, the path warm
     common.record("warm")
     if r == victim:
