@@ -13,6 +13,9 @@ group spans the same ranks, so every configuration runs in the same processes:
 
   compute      the same model, per-rank batch and optimizer, no DDP (no communication)
   gloo         DDP on the gloo group, no hook (DDP's built-in all-reduce)
+  nocomm       DDP on ringx with a hook that communicates nothing: what DDP itself
+               costs (its autograd hooks, the copies between .grad and the buckets),
+               which every backend pays
   ringx        DDP on ringx, no hook
   ringx+<hook> DDP on ringx with ringx.hooks.<hook>
   ringx+partition, ringx+priority
@@ -25,9 +28,14 @@ end of backward) + optimizer step. For each step the world's time is the slowest
 rank's; the table gives the median and the 25th-75th percentile over --rounds x
 --steps steps (the configurations take turns every --steps steps, so drift and load
 from other processes fall on all of them alike).
-Exposed communication = median step time - median compute-only step time. Beside it,
-DDP's own runtime statistics (averaged by DDP over every step, warm-up included):
-avg_backward_comm_time and avg_backward_compute_comm_overlap_time. The final loss of
+Exposed communication = median step time - median compute-only step time; "above
+nocomm" subtracts DDP's own cost as well. Beside it, DDP's own runtime statistics
+(averaged by DDP over every step, warm-up included): avg_backward_comm_time and
+avg_backward_compute_comm_overlap_time; and the CPU time per step (mean over ranks,
+from /proc's schedstat) of the rank's main thread and of all its other threads (the
+backends' progress, completion and worker threads). With one core per rank nothing
+else can run the communication's CPU work, so it is exposed unless backward leaves the
+core idle. The final loss of
 every configuration on one fixed batch shows what compression does to training (all
 DDP configurations see the same data; 'compute' trains each rank on its own data).
 
@@ -54,7 +62,7 @@ import time
 
 HOOKS = ("allreduce_hook", "bf16_compress_hook", "fp16_compress_hook")
 EXPERIMENTAL = ("partition", "priority")
-CONFIGS = ("compute", "gloo", "ringx") + tuple(f"ringx+{h}" for h in HOOKS + EXPERIMENTAL)
+CONFIGS = ("compute", "gloo", "nocomm", "ringx") + tuple(f"ringx+{h}" for h in HOOKS + EXPERIMENTAL)
 MODELS = ("mlp", "transformer")
 
 
@@ -228,6 +236,15 @@ def priority_hook(state, bucket):
     return result
 
 
+def nocomm_hook(state, bucket):
+    """DDP's own cost with no communication: the bucket comes back as it went in."""
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 # --------------------------------------------------------------------------- ranks
 
 def _pin(rank, mode):
@@ -243,6 +260,30 @@ def _stats(times):
     s = sorted(times)
     q = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
     return {"median": statistics.median(s), "p25": q[0], "p75": q[2], "min": s[0], "max": s[-1]}
+
+
+def _thread_cpu():
+    """{thread id: CPU nanoseconds so far} for this process, or None without schedstat."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    out[int(tid)] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended between the listing and the read
+    except OSError:
+        return None
+    return out or None
+
+
+def _add_cpu(run, before, after):
+    if before is None or after is None:
+        return
+    main = os.getpid()
+    for tid, ns in after.items():
+        key = "cpu_main_ns" if tid == main else "cpu_other_ns"
+        run[key] = run.get(key, 0) + ns - before.get(tid, 0)
 
 
 def _die_with_parent():
@@ -292,6 +333,9 @@ def _worker(rank, ws, port, args, out_path):
                 net = model
             elif cfg == "gloo":
                 net = DDP(model, process_group=gloo, **ddp_kw)
+            elif cfg == "nocomm":
+                net = DDP(model, **ddp_kw)
+                net.register_comm_hook(None, nocomm_hook)
             else:
                 net = DDP(model, **ddp_kw)
                 hook = cfg.partition("+")[2]
@@ -330,8 +374,10 @@ def _worker(rank, ws, port, args, out_path):
             k = rnd % len(args.configs)
             for cfg in args.configs[k:] + args.configs[:k]:
                 dist.barrier(group=gloo)
+                cpu0 = _thread_cpu()
                 for _ in range(args.steps):
                     step(runs[cfg], True)
+                _add_cpu(runs[cfg], cpu0, _thread_cpu())
         dist.barrier(group=gloo)
         eval_x, eval_y = make_batches(mname, 1, 10**6, 1)[0]  # same task, unseen data
         out = {}
@@ -339,6 +385,9 @@ def _worker(rank, ws, port, args, out_path):
             with torch.no_grad():
                 final_loss = float(loss_fn(mname, run["model"](eval_x), eval_y))
             entry = {"times": run["times"], "final_loss": final_loss}
+            for key in ("cpu_main_ns", "cpu_other_ns"):
+                if key in run:
+                    entry[key] = run[key] / len(run["times"])
             if cfg != "compute":
                 data = run["net"]._get_ddp_logging_data()
                 for key in ("avg_backward_comm_time", "avg_backward_compute_comm_overlap_time",
@@ -408,6 +457,10 @@ def summarize(ws, per_rank):
                 vals = [r["models"][mname]["configs"][cfg].get(key) for r in per_rank]
                 vals = [v for v in vals if isinstance(v, (int, float))]
                 row[key] = statistics.mean(vals) / 1e6 if vals else None  # ns -> ms
+            for key in ("cpu_main_ns", "cpu_other_ns"):
+                vals = [r["models"][mname]["configs"][cfg].get(key) for r in per_rank]
+                vals = [v for v in vals if isinstance(v, (int, float))]
+                row[key.replace("_ns", "_ms")] = statistics.mean(vals) / 1e6 if vals else None
             rows[cfg] = row
         compute = rows["compute"]["step"]["median"]
         for row in rows.values():
@@ -436,6 +489,11 @@ def targets(summary):
             if "ringx+allreduce_hook" in rows and gloo - compute > 0:
                 exposed = rows["ringx+allreduce_hook"]["step"][stat] - compute
                 t[f"exposed_allreduce_hook_vs_gloo_{stat}"] = exposed / (gloo - compute)
+                if "nocomm" in rows:
+                    ddp = rows["nocomm"]["step"][stat]
+                    if gloo - ddp > 0:
+                        mine = rows["ringx+allreduce_hook"]["step"][stat] - ddp
+                        t[f"above_nocomm_allreduce_hook_vs_gloo_{stat}"] = mine / (gloo - ddp)
             shipped = [c for c in SHIPPED if c in rows]
             if shipped:
                 best = min(shipped, key=lambda c: rows[c]["step"][stat])
@@ -452,12 +510,17 @@ def _verdict(v, bound):
     return f"{v:.2f}x ({'met' if v <= bound else 'NOT met'})"
 
 
+def _ms(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
 def print_table(ws, summary, tgt):
     for mname, s in summary.items():
         print(f"\n# world {ws}, {mname} ({s['params'] / 1e6:.1f}M parameters, "
               f"{s['params'] * 4 / 2**20:.0f} MiB of float32 gradients); times in ms")
         print(f"{'config':<26}{'median':>8}{'p25':>8}{'p75':>8}{'min':>8}{'exposed':>9}"
-              f"{'exp(min)':>9}{'ddp comm':>9}{'ddp ovlp':>9}{'final loss':>11}")
+              f"{'exp(min)':>9}{'ddp comm':>9}{'ddp ovlp':>9}{'cpu main':>9}{'cpu other':>10}"
+              f"{'final loss':>11}")
         cmin = s["configs"]["compute"]["step"]["min"]
         for cfg, row in s["configs"].items():
             st = row["step"]
@@ -466,13 +529,17 @@ def print_table(ws, summary, tgt):
             print(f"{cfg:<26}{st['median'] * 1e3:8.1f}{st['p25'] * 1e3:8.1f}{st['p75'] * 1e3:8.1f}"
                   f"{st['min'] * 1e3:8.1f}{row['exposed'] * 1e3:9.1f}{(st['min'] - cmin) * 1e3:9.1f}"
                   f"{('-' if comm is None else f'{comm:.1f}'):>9}"
-                  f"{('-' if ovl is None else f'{ovl:.1f}'):>9}{row['final_loss']:11.5f}")
+                  f"{('-' if ovl is None else f'{ovl:.1f}'):>9}{_ms(row.get('cpu_main_ms')):>9}"
+                  f"{_ms(row.get('cpu_other_ms')):>10}{row['final_loss']:11.5f}")
         t = tgt[mname]
         for stat in ("median", "min"):
             parts = []
             key = f"exposed_allreduce_hook_vs_gloo_{stat}"
             if key in t:
                 parts.append(f"exposed comm allreduce_hook/gloo {_verdict(t[key], 0.5)}")
+                key = f"above_nocomm_allreduce_hook_vs_gloo_{stat}"
+                if key in t:
+                    parts.append(f"above nocomm {t[key]:.2f}x")
             elif "ringx+allreduce_hook" in s["configs"]:
                 parts.append("exposed comm allreduce_hook/gloo: n/a (gloo exposes none)")
             key = f"step_best_ringx_vs_gloo_{stat}"
