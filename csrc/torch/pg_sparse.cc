@@ -1,14 +1,49 @@
 // all_reduce(SUM) of sparse COO tensors, as gloo does it: every rank's
 // indices and values are gathered, concatenated and coalesced. The ranks'
-// nonzero counts differ, so their sizes are gathered first; each gather runs
-// to completion on the calling thread, and the Work returned is already
-// complete.
+// nonzero counts differ, so they are gathered first, on the calling thread:
+// the call returns once every rank has made it. Indices and values then move
+// as one all_gather of bytes, in the background like any other collective,
+// and the sum is built into the caller's tensor when it has arrived (gloo
+// does all of it on its worker thread).
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 
 #include "torch/process_group_ringx.hpp"
 #include "torch/staging.h"
 
 namespace ringx {
+namespace {
+
+// Where each rank's indices and values lie in its block of the gathered
+// bytes: both start on a 64-byte boundary, so each views as its own dtype.
+struct SparseLayout {
+  int64_t sparseDim = 0;
+  int64_t most = 0;  // the largest nonzero count: every rank's block is padded to it
+  std::vector<int64_t> valueShape;  // of one block's values, first dimension `most`
+  at::ScalarType valueType = at::kFloat;
+  int64_t indexBytes = 0, valueAt = 0, valueBytes = 0, block = 0;
+
+  SparseLayout(int64_t sparseDim, int64_t most, const at::Tensor& values)
+      : sparseDim(sparseDim), most(most), valueShape(values.sizes().vec()), valueType(values.scalar_type()) {
+    valueShape[0] = most;
+    indexBytes = sparseDim * most * int64_t(sizeof(int64_t));
+    valueBytes = c10::multiply_integers(valueShape) * int64_t(values.element_size());
+    valueAt = roundUp(indexBytes);
+    block = roundUp(valueAt + valueBytes);
+  }
+  static int64_t roundUp(int64_t n) { return (n + 63) / 64 * 64; }
+
+  at::Tensor indices(const at::Tensor& rankBytes) const {
+    return rankBytes.narrow(0, 0, indexBytes).view(at::kLong).view({sparseDim, most});
+  }
+  at::Tensor values(const at::Tensor& rankBytes) const {
+    return rankBytes.narrow(0, valueAt, valueBytes).view(valueType).view(valueShape);
+  }
+};
+
+}  // namespace
 
 at::Tensor ProcessGroupRingx::gatherAll(const char* op, const at::Tensor& src, std::chrono::milliseconds timeout) {
   Call call = begin(op, c10d::OpType::ALLGATHER, timeout, false);
@@ -32,9 +67,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   }
   if (held_) throwValueError(call.ctx, "a sparse all_reduce cannot be coalesced; call it after the block ends");
   if (!t.device().is_cpu()) throwTypeError(call.ctx, "sparse tensors on " + t.device().str() + " are not supported");
-  auto work = c10::make_intrusive<WorkRingx>(rank_, c10d::OpType::ALLREDUCE, "ringx:sparse_all_reduce",
-                                             std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t}, call.ctx.seq, comm_);
-  work->opName = "all_reduce";
   const at::Tensor in = t.coalesce();
   const at::Tensor indices = in.indices(), values = in.values();
   const int64_t nnz = in._nnz(), sparseDim = in.sparse_dim();
@@ -56,32 +88,38 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
     }
     counts[size_t(r)] = metas[r][0].item<int64_t>();
   }
-  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  const SparseLayout layout(sparseDim, *std::max_element(counts.begin(), counts.end()), values);
 
-  // Indices and values, each rank's padded to the largest count.
-  at::Tensor idx = at::zeros({sparseDim, most}, indices.options());
-  idx.narrow(1, 0, nnz).copy_(indices);
-  std::vector<int64_t> valShape = values.sizes().vec();
-  valShape[0] = most;
-  at::Tensor val = at::zeros(valShape, values.options());
-  val.narrow(0, 0, nnz).copy_(values);
-  at::Tensor allIdx = gatherAll("all_reduce", idx, opts.timeout).view({size_, sparseDim, most});
-  at::Tensor allVal = gatherAll("all_reduce", val, opts.timeout);
+  // The padding is never read.
+  at::Tensor mine = at::empty({layout.block}, at::kByte);
+  layout.indices(mine).narrow(1, 0, nnz).copy_(indices);
+  layout.values(mine).narrow(0, 0, nnz).copy_(values);
+  at::Tensor all = at::empty({int64_t(size_) * layout.block}, at::kByte);
 
-  std::vector<int64_t> perRank{size_};
-  for (int64_t s : asParts(val).sizes()) perRank.push_back(s);
-  at::Tensor valParts = allVal.view(perRank);
-  std::vector<at::Tensor> idxs, vals;
-  for (int r = 0; r < size_; ++r) {
-    idxs.push_back(allIdx[r].narrow(1, 0, counts[size_t(r)]));
-    at::Tensor v = valParts[r].narrow(0, 0, counts[size_t(r)]);
-    vals.push_back(values.is_complex() ? at::view_as_complex(v.contiguous()) : v);
-  }
-  at::Tensor sum = at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes(), in.options()).coalesce();
-  t.copy_(sum);
-  work->markDone(nullptr);
-  work->completeFuture(nullptr);
-  return work;
+  // Runs where the gather ends, on the progress thread or a waiting caller.
+  // The sum becomes the caller's tensor, so it is made outside inference
+  // mode (later in-place updates, DDP's division among them, must be able
+  // to touch it) and without autograd recording the overwrite.
+  auto publish = [t, all, counts, layout, sizes = in.sizes().vec(), options = in.options()]() mutable {
+    c10::InferenceMode normalTensors(false);
+    at::NoGradGuard noGrad;
+    std::vector<at::Tensor> idxs, vals;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      const at::Tensor rankBytes = all.narrow(0, int64_t(r) * layout.block, layout.block);
+      idxs.push_back(layout.indices(rankBytes).narrow(1, 0, counts[r]));
+      vals.push_back(layout.values(rankBytes).narrow(0, 0, counts[r]));
+    }
+    t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), sizes, options).coalesce());
+  };
+
+  call.title = "sparse_all_reduce";
+  call.recorded = {t};
+  CollArgs a = argsFor(call, Collective::AllGather);
+  a.dtype = toDType(call.ctx, at::kByte);
+  a.buf = all.data_ptr();
+  a.input = mine.data_ptr();
+  a.count = size_t(layout.block);
+  return submit(call, a, {mine, all}, {t}, std::move(publish));
 }
 
 }  // namespace ringx

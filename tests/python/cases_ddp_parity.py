@@ -12,14 +12,17 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 IN, HIDDEN, OUT, BATCH = 16, 48, 4, 8
+VOCAB, BAG = 40, 5
 
 
 class Net(nn.Module):
     """Three layers plus, for the unused-parameter variants, a layer forward never uses
-    and a branch used only on even steps."""
+    and a branch used only on even steps; for the sparse variant, an embedding bag with
+    sparse gradients in front (its input is token ids)."""
 
-    def __init__(self, with_unused):
+    def __init__(self, with_unused, sparse=False):
         super().__init__()
+        self.embed = nn.EmbeddingBag(VOCAB, IN, mode="mean", sparse=True) if sparse else None
         self.fc1 = nn.Linear(IN, HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, HIDDEN)
         self.fc3 = nn.Linear(HIDDEN, OUT)
@@ -29,6 +32,8 @@ class Net(nn.Module):
             self.even_steps_only = nn.Linear(HIDDEN, HIDDEN)
 
     def forward(self, x, step=0):
+        if self.embed is not None:
+            x = self.embed(x)
         h = torch.relu(self.fc1(x))
         h = torch.relu(self.fc2(h))
         if self.with_unused and step % 2 == 0:
@@ -41,6 +46,8 @@ VARIANTS = {
     "gradient_as_bucket_view": dict(gradient_as_bucket_view=True),
     "static_graph": dict(static_graph=True),
     "find_unused_parameters": dict(find_unused_parameters=True),
+    # The embedding's gradient is a sparse COO tensor: DDP all-reduces it on its own.
+    "sparse_embedding": dict(),
 }
 
 
@@ -73,17 +80,19 @@ def ddp_parity(seed, variant, steps, lr=0.05, bucket_cap_mb=0.01):
     rank = dist.get_rank()
     gloo = gloo_group()
     with_unused = variant == "find_unused_parameters"
+    sparse = variant == "sparse_embedding"
     torch.manual_seed(seed)
-    base = Net(with_unused)
+    base = Net(with_unused, sparse)
     kwargs = dict(VARIANTS[variant], bucket_cap_mb=bucket_cap_mb)
     model_t = DDP(copy.deepcopy(base), **kwargs)  # default group: the backend under test
     model_g = DDP(copy.deepcopy(base), process_group=gloo, **kwargs)
-    opt_t = torch.optim.SGD(model_t.parameters(), lr=lr, momentum=0.9)
-    opt_g = torch.optim.SGD(model_g.parameters(), lr=lr, momentum=0.9)
+    momentum = 0.0 if sparse else 0.9
+    opt_t = torch.optim.SGD(model_t.parameters(), lr=lr, momentum=momentum)
+    opt_g = torch.optim.SGD(model_g.parameters(), lr=lr, momentum=momentum)
     out = {"max_diff": [], "max_abs": [], "losses": []}
     # one fixed batch per rank (so the loss must go down), different on every rank
     g = torch.Generator().manual_seed(seed * 100003 + rank)
-    x = torch.randn(BATCH, IN, generator=g)
+    x = torch.randint(0, VOCAB, (BATCH, BAG), generator=g) if sparse else torch.randn(BATCH, IN, generator=g)
     y = torch.randn(BATCH, OUT, generator=g)
     for step in range(steps):
         losses = []

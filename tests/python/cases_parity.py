@@ -176,6 +176,43 @@ def sparse_all_reduce(seed, cases):
     return out
 
 
+def sparse_all_reduce_async(seed, cases, big_rows, tries):
+    """The sparse all_reduces of `cases` issued with async_op=True, each followed by an
+    asynchronous dense all_reduce of ones(3), then waited for in reverse order; one more
+    through its Future; then `tries` sparse all_reduces of `big_rows` rows of 64 floats,
+    asked is_completed() as soon as the call returns. Returns {"sparse": [(is_sparse,
+    dense result, whether its values are inference tensors)], "dense": [sums],
+    "future": the Future's value summed, "pending_at_return": how many big calls had
+    not completed when they returned}."""
+    rank = dist.get_rank()
+    xs, dense, works = [], [], []
+    for i, (shape, sparse_dim, dtype) in enumerate(cases):
+        x = _sparse_input((seed, i), rank, shape, sparse_dim, _dtype(dtype))
+        xs.append(x)
+        works.append(dist.all_reduce(x, async_op=True))
+        d = torch.ones(3)
+        dense.append(d)
+        works.append(dist.all_reduce(d, async_op=True))
+    for w in reversed(works):
+        w.wait()
+    out = {"sparse": [(x.is_sparse, x.to_dense(), x._values().is_inference()) for x in xs],
+           "dense": [float(d.sum()) for d in dense]}
+    x = _sparse_input((seed, 0), rank, *cases[0][:2], _dtype(cases[0][2]))
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    out["future"] = float(fut.then(lambda f: f.value()[0].to_dense().sum()).wait())
+    g = torch.Generator().manual_seed(seed + rank)
+    idx = torch.randint(0, 4 * big_rows, (1, big_rows), generator=g)
+    vals = torch.randn(big_rows, 64, generator=g)
+    pending = 0
+    for _ in range(tries):
+        big = torch.sparse_coo_tensor(idx, vals, (4 * big_rows, 64)).coalesce()
+        w = dist.all_reduce(big, async_op=True)
+        pending += not w.is_completed()
+        w.wait()
+    out["pending_at_return"] = pending
+    return out
+
+
 def sparse_reference(seed, ws, cases):
     """The dense sums the parent expects."""
     return [sum(_sparse_input((seed, i), r, shape, sparse_dim, _dtype(dtype)).to_dense()

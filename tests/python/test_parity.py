@@ -176,6 +176,36 @@ def test_sparse_all_reduce_sum_matches_dense_reference(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_sparse_all_reduce_runs_in_the_background_in_call_order(worlds, ws):
+    """async_op=True returns before the indices and values have moved (the big calls,
+    16 MiB of values per rank, are not all complete when they return), sparse and dense
+    calls issued alternately and waited for in reverse order all give their sums, the
+    Future carries the result, and the result is an ordinary tensor (not an inference
+    tensor, which later in-place updates outside inference mode could not touch)."""
+    results = worlds.run(ws, cases.sparse_all_reduce_async, seed=SEED, cases=SPARSE_CASES,
+                         big_rows=1 << 16, tries=5, timeout=120)
+    want = cases.sparse_reference(SEED, ws, SPARSE_CASES)
+    failures = []
+    for r, res in enumerate(results):
+        for i, (is_sparse, dense, inference) in enumerate(res["sparse"]):
+            label = f"rank {r}: asynchronous sparse all_reduce world {ws}: case {SPARSE_CASES[i]}"
+            if not is_sparse or inference:
+                failures.append(f"{label}: sparse {is_sparse}, values are inference tensors {inference}")
+            msg = refs.compare(dense, want[i], None, label, SPARSE_CASES[i][2])
+            if msg:
+                failures.append(msg)
+        if res["dense"] != [3.0 * ws] * len(SPARSE_CASES):
+            failures.append(f"rank {r}: the dense all_reduces between them gave {res['dense']}")
+        if res["future"] != float(want[0].sum()):
+            failures.append(f"rank {r}: the Future's value summed to {res['future']}, "
+                            f"expected {float(want[0].sum())}")
+        if res["pending_at_return"] == 0:
+            failures.append(f"rank {r}: every big sparse all_reduce had completed when its "
+                            "call returned: the call waited for the data")
+    assert not failures, refs.report(failures)
+
+
 # ---------------------------------------------------------------- coalescing with a device
 
 COUNTS = (13, 0, 1, 300, 7)
