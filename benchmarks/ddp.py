@@ -35,9 +35,9 @@ avg_backward_compute_comm_overlap_time; and the CPU time per step (mean over ran
 from /proc's schedstat) of the rank's main thread and of all its other threads (the
 backends' progress, completion and worker threads). With one core per rank nothing
 else can run the communication's CPU work, so it is exposed unless backward leaves the
-core idle. The final loss of
-every configuration on one fixed batch shows what compression does to training (all
-DDP configurations see the same data; 'compute' trains each rank on its own data).
+core idle. The final loss of every configuration on one fixed batch shows what
+compression does to training (all DDP configurations see the same data; 'compute' and
+'nocomm' train each rank on its own data).
 
 At the end the issue-5 targets are checked: exposed communication ringx+allreduce_hook
 vs gloo <= 0.5x, step time of the best shipped ringx configuration (no hook or a
@@ -452,15 +452,13 @@ def summarize(ws, per_rank):
                         for i in range(len(c0["times"]))]
             row = {"step": _stats(per_step), "final_loss": c0["final_loss"], "step_times": per_step,
                    "bucket_sizes": c0.get("bucket_sizes")}
-            for key in ("avg_backward_comm_time", "avg_backward_compute_comm_overlap_time",
-                        "avg_backward_compute_time", "avg_forward_compute_time"):
+            # ns per rank -> ms, averaged over the ranks that have it
+            for key, name in (("avg_backward_comm_time",) * 2, ("avg_backward_compute_comm_overlap_time",) * 2,
+                              ("avg_backward_compute_time",) * 2, ("avg_forward_compute_time",) * 2,
+                              ("cpu_main_ns", "cpu_main_ms"), ("cpu_other_ns", "cpu_other_ms")):
                 vals = [r["models"][mname]["configs"][cfg].get(key) for r in per_rank]
                 vals = [v for v in vals if isinstance(v, (int, float))]
-                row[key] = statistics.mean(vals) / 1e6 if vals else None  # ns -> ms
-            for key in ("cpu_main_ns", "cpu_other_ns"):
-                vals = [r["models"][mname]["configs"][cfg].get(key) for r in per_rank]
-                vals = [v for v in vals if isinstance(v, (int, float))]
-                row[key.replace("_ns", "_ms")] = statistics.mean(vals) / 1e6 if vals else None
+                row[name] = statistics.mean(vals) / 1e6 if vals else None
             rows[cfg] = row
         compute = rows["compute"]["step"]["median"]
         for row in rows.values():
@@ -528,8 +526,7 @@ def print_table(ws, summary, tgt):
             ovl = row["avg_backward_compute_comm_overlap_time"]
             print(f"{cfg:<26}{st['median'] * 1e3:8.1f}{st['p25'] * 1e3:8.1f}{st['p75'] * 1e3:8.1f}"
                   f"{st['min'] * 1e3:8.1f}{row['exposed'] * 1e3:9.1f}{(st['min'] - cmin) * 1e3:9.1f}"
-                  f"{('-' if comm is None else f'{comm:.1f}'):>9}"
-                  f"{('-' if ovl is None else f'{ovl:.1f}'):>9}{_ms(row.get('cpu_main_ms')):>9}"
+                  f"{_ms(comm):>9}{_ms(ovl):>9}{_ms(row.get('cpu_main_ms')):>9}"
                   f"{_ms(row.get('cpu_other_ms')):>10}{row['final_loss']:11.5f}")
         t = tgt[mname]
         for stat in ("median", "min"):

@@ -3,7 +3,8 @@ backend under test and by DDP on a gloo group in the same world (4 ranks), param
 equal within float tolerance after every step; plain, gradient_as_bucket_view=True,
 static_graph=True, find_unused_parameters=True with a never-used layer and a layer
 used on even steps only, and an embedding bag with sparse gradients (DDP all-reduces
-them as sparse tensors, one call per parameter).  Small buckets, so each step runs several bucket all-reduces.
+them as sparse tensors, one call per parameter).  Small buckets, so each step runs
+several bucket all-reduces.
 
 Tolerance: both copies average the same float32 gradients, in possibly different
 summation orders (ringx's ring or tree vs gloo's), so each step's update may differ by a
