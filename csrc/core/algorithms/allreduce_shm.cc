@@ -17,18 +17,20 @@ namespace ringx {
 // Terms: the buffer is cut into chunks that fit one shared slot; chunk k uses
 // slot k mod 2 of every rank's segment, and has a global number `id` (see
 // ShmArea::reserveChunks). For each chunk:
-//   1. copy in: copy the chunk into this rank's slot; counter := 2 id - 1;
+//   1. copy in: copy the chunk into this rank's slot, all but this rank's
+//      own portion (1/n of the chunk), which only this rank reduces;
+//      counter := 2 id - 1;
 //   2. reduce:  once every counter >= 2 id - 1, reduce this rank's portion
-//      (1/n of the chunk) out of all n slots in one fused n-way pass with
-//      float32 accumulation for 16-bit types, in place in this rank's slot;
+//      out of the n - 1 other slots and its own input in one fused n-way pass
+//      with float32 accumulation for 16-bit types, into its own slot;
 //      counter := 2 id;
 //   3. copy out: once every counter >= 2 id, copy every rank's reduced
 //      portion into the output.
 // A slot is rewritten two chunks later, once every rank has released the
 // chunk that used it last (ShmArea::slotFree): no closing barrier.
 //
-// Memory traffic per rank: N copied in, N/n x n read and N/n written by the
-// reduce, N copied out; no bytes on any wire.
+// Memory traffic per rank: (n-1)/n N copied in, N/n x n read and N/n written
+// by the reduce, N copied out; no bytes on any wire.
 //
 // Each rank publishes its op's element count, dtype and reduce op in the
 // slot's header with the copy-in; the reduce step compares every rank's
@@ -53,13 +55,13 @@ Schedule buildAllReduceShm(const CollArgs& a) {
   chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
     std::byte* chunk = buf + start * es;
 
-    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, chunk, m * es); }, prev);
-
+    prev = shmCopyIn(
+        s, shm, id, header, [=](std::byte* slot) { shmCopyInOthersPortions(slot, chunk, m, es, n, r); }, prev);
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
           shm->checkSameOp(which, header);
-          shmReduceMyPortion(shm, which, m, reduce, dtype, avg);
+          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk);
           shm->counter(r).store(2 * id, std::memory_order_release);
           shm->ring();
           return true;

@@ -15,13 +15,16 @@ namespace ringx {
 // piece at offset j m. Chunks are numbered like the all-reduce's and alternate
 // between the two slots. For each chunk:
 //   1. copy in: once every rank has released the chunk that last used the
-//      slot, copy piece k of each block into it (scaled by this rank's own
-//      factor for PREMUL_SUM); counter := 2 id - 1;
-//   2. reduce: once every counter >= 2 id - 1, reduce piece r of every rank's
-//      slot into the output in one fused n-way pass (float32 accumulation for
-//      16-bit types), scale for AVG, and release the chunk.
+//      slot, copy piece k of each block but this rank's own into it (of every
+//      block, scaled by this rank's own factor, for PREMUL_SUM);
+//      counter := 2 id - 1;
+//   2. reduce: once every counter >= 2 id - 1, reduce piece r of the other
+//      ranks' slots and of this rank's input (its slot for PREMUL_SUM) into
+//      the output in one fused n-way pass (float32 accumulation for 16-bit
+//      types), scale for AVG, and release the chunk.
 //
-// Memory traffic per rank: N copied in, N/n x n read and N/n written.
+// Memory traffic per rank: (n-1)/n N copied in (N for PREMUL_SUM), N/n x n
+// read and N/n written.
 Schedule buildReduceScatterShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
@@ -45,7 +48,8 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
     prev = shmCopyIn(
         s, shm, id, header,
         [=](std::byte* slot) {
-          for (int j = 0; j < n; ++j) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
+          for (int j = 0; j < n; ++j)
+            if (j != r || premul != 1.0) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
           if (premul != 1.0) scale(slot, size_t(n) * m, dtype, premul);
         },
         prev);
@@ -55,6 +59,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
         [=](int which) {
           std::vector<const void*> srcs(n);
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + size_t(r) * m * es;
+          if (premul == 1.0) srcs[r] = in + size_t(r) * a.count * es + pieceOff;
           std::byte* dst = out + pieceOff;
           reduce(dst, srcs.data(), n, m);
           if (avg != 1.0) scale(dst, m, dtype, avg);

@@ -8,17 +8,19 @@ namespace ringx {
 
 // Intra-host reduce: the two-shot all-reduce (allreduce_shm.cc) whose last
 // shot only the root takes. For each slot-sized chunk:
-//   1. copy in: the chunk into this rank's slot; counter := 2 id - 1;
+//   1. copy in: the chunk into this rank's slot, all but this rank's own
+//      1/n of it; counter := 2 id - 1;
 //   2. once every counter >= 2 id - 1: reduce this rank's 1/n of the chunk
-//      out of all n slots, in place in this rank's slot; a non-root rank then
-//      releases the chunk (counter := 2 id), the root only marks it reduced;
+//      out of the other n - 1 slots and its own input into its slot; a
+//      non-root rank then releases the chunk (counter := 2 id), the root only
+//      marks it reduced;
 //   3. the root, once every counter >= 2 id, copies every rank's reduced
 //      portion into its buffer and releases the chunk.
 // The other ranks' buffers are left as they were: with PREMUL_SUM they scale
 // a scratch copy.
 //
-// Memory traffic per rank: N copied in, N/n x n read and N/n written by the
-// reduce; N copied out by the root; no bytes on any wire.
+// Memory traffic per rank: (n-1)/n N copied in, N/n x n read and N/n written
+// by the reduce; N copied out by the root; no bytes on any wire.
 Schedule buildReduceShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
@@ -49,13 +51,14 @@ Schedule buildReduceShm(const CollArgs& a) {
 
   chunks.forEach([&](uint64_t id, int which, size_t start, size_t m) {
     const size_t chunkOff = start * es;
-    prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, src + chunkOff, m * es); },
-                     prev);
+    const std::byte* chunk = src + chunkOff;
+    prev = shmCopyIn(
+        s, shm, id, header, [=](std::byte* slot) { shmCopyInOthersPortions(slot, chunk, m, es, n, r); }, prev);
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
           shm->checkSameOp(which, header);
-          shmReduceMyPortion(shm, which, m, reduce, dtype, avg);
+          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk);
           if (isRoot) {
             shm->counter(r).store(2 * id, std::memory_order_release);
             shm->ring();

@@ -75,16 +75,27 @@ StepId shmReadAll(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader he
       [=] { return shm->behind(2 * id - 1); }, {prev});
 }
 
+// The two-shot reductions' copy in: the chunk of `m` elements from `chunk`
+// into this rank's slot, all but this rank's own portion (1/n of it), which
+// only this rank reduces and shmReduceMyPortion reads from the input.
+inline void shmCopyInOthersPortions(std::byte* slot, const std::byte* chunk, size_t m, size_t es, int n, int r) {
+  const size_t ownOff = ring::chunkStart(m, n, r) * es, ownEnd = ownOff + ring::chunkLen(m, n, r) * es;
+  std::memcpy(slot, chunk, ownOff);
+  std::memcpy(slot + ownEnd, chunk + ownEnd, m * es - ownEnd);
+}
+
 // The two-shot reduction's middle step on a chunk of `m` elements in slot
-// `which`: this rank's 1/n of it reduced out of all n slots, in place in its
-// own slot (scaled by `avg` unless 1).
-inline void shmReduceMyPortion(ShmArea* shm, int which, size_t m, ReduceNFn reduce, DType dtype, double avg) {
+// `which`: this rank's 1/n of it reduced out of the n ranks' copies into its
+// own slot (scaled by `avg` unless 1). This rank's own copy of its portion is
+// read from `own` (its input, which no other rank needs) rather than the slot.
+inline void shmReduceMyPortion(ShmArea* shm, int which, size_t m, ReduceNFn reduce, DType dtype, double avg,
+                               const std::byte* own) {
   const int n = shm->size(), r = shm->rank();
   const size_t es = dtypeSize(dtype);
   const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
   if (!len) return;
   std::vector<const void*> srcs(n);
-  for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + off;
+  for (int q = 0; q < n; ++q) srcs[q] = q == r ? own + off : shm->slot(q, which) + off;
   std::byte* mine = shm->slot(r, which) + off;
   reduce(mine, srcs.data(), n, len);
   if (avg != 1.0) scale(mine, len, dtype, avg);

@@ -160,9 +160,9 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   }
   if (alg.build == &buildAllReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy
-    // in, 1/n of an n-way reduce, and copy out.
+    // in (all but this rank's own 1/n), 1/n of an n-way reduce, and copy out.
     const double chunks = shmChunks(N);
-    return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
+    return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildBroadcastShm) {
     // A counter hand-off per chunk; the root's copy-in of one chunk overlaps
@@ -232,9 +232,11 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return (n - 1) * (alpha + N * (beta + kCost.gammaUsPerByte));
   }
   if (alg.build == &buildReduceScatterShm) {
-    // N is one block: every rank copies in n blocks and reduces one from n.
+    // N is one block: every rank copies in the n - 1 blocks of the others
+    // (all n for PREMUL_SUM, which scales them) and reduces one from n.
     const double chunks = shmChunks(n * N);
-    return chunks * 2 * kCost.shmSyncUs + n * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
+    const double copied = a.op == ReduceOp::PremulSum ? n : n - 1;
+    return chunks * 2 * kCost.shmSyncUs + copied * N * kCost.copyUsPerByte + (n + 1) / 3 * N * kCost.gammaUsPerByte;
   }
   if (alg.build == &buildBarrierShm) return 2 * kCost.shmSyncUs;
   if (alg.build == &buildGatherShm) {
@@ -246,8 +248,9 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     return shmChunks(n * N) * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
   }
   if (alg.build == &buildReduceShm) {
+    // The all-reduce's costs, which the root pays.
     const double chunks = shmChunks(N);
-    return chunks * 3 * kCost.shmSyncUs + N * (2 * kCost.copyUsPerByte + kCost.gammaUsPerByte);
+    return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildAllReduceRabenseifner) {
     return 2 * std::log2(p) * alpha + 2 * (p - 1) / p * N * wholeBeta +
