@@ -10,8 +10,13 @@ WHEN   pending: the survivors' operation is already pending when the victim dies
        idle: the survivors wait for the death (the victim's pid is gone) and only
        then issue the operation.
 OP     all_reduce | broadcast (root 0) | send_recv (rank 0 sends to the victim; any
-       other survivor waits on a recv from the victim).
-COUNT  float32 elements in the operation.
+       other survivor waits on a recv from the victim) | sparse_all_reduce (WHEN
+       pending only: every rank, the victim too, starts a sparse all_reduce with
+       async_op=True, whose nonzero counts are exchanged before the call returns;
+       the victim dies as soon as its call returns, so the survivors' data phase,
+       which runs in the background, loses it).
+COUNT  float32 elements in the operation (sparse_all_reduce: nonzero rows of 64 floats
+       on each rank).
 
 Labels recorded by survivors: "pending" (the first operation), then "later_all_reduce"
 and "later_broadcast" (issued after the failure; they must fail at once).  Survivors
@@ -40,6 +45,14 @@ def pid_alive(pid):
         return False
 
 
+def sparse_all_reduce(torch, dist, r, n):
+    """Starts a sparse all_reduce of COUNT distinct rows (of 64 floats) per rank, out of
+    n * COUNT, and returns its Work."""
+    rows = torch.arange(COUNT, dtype=torch.int64) * n + r
+    sp = torch.sparse_coo_tensor(rows.unsqueeze(0), torch.ones(COUNT, 64), (n * COUNT, 64)).coalesce()
+    return dist.all_reduce(sp, async_op=True)
+
+
 def body():
     import torch
 
@@ -53,7 +66,9 @@ def body():
     common.record("warm")
 
     if r == VICTIM:
-        if WHEN == "pending":
+        if OP == "sparse_all_reduce":
+            sparse_all_reduce(torch, dist, r, n)
+        elif WHEN == "pending":
             time.sleep(DEATH_DELAY_S)
         common.record("dying", mode=MODE)
         if MODE == "sigkill":
@@ -80,6 +95,8 @@ def body():
         work = dist.broadcast(x, src=0, async_op=True)
     elif OP == "send_recv":
         work = dist.isend(x, dst=VICTIM) if r == 0 else dist.irecv(x, src=VICTIM)
+    elif OP == "sparse_all_reduce":
+        work = sparse_all_reduce(torch, dist, r, n)
     else:
         raise SystemExit(f"unknown op {OP}")
     common.attempt("pending", work.wait)
