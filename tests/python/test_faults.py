@@ -173,6 +173,8 @@ DEAD_PEER_CASES = [
     # its slots.
     ("sigkill", "pending", "sparse_all_reduce", 1 << 16, 3, 2, (), ()),
     ("exit", "pending", "sparse_all_reduce", 1 << 16, 2, 1, (), ()),
+    # Dies first: the survivors' counts exchange, on the calling thread, loses it.
+    ("sigkill", "idle", "sparse_all_reduce", 1 << 16, 3, 1, (), ()),
 ]
 CASE_ENV = {("exit", "sparse_all_reduce"): {"RINGX_CMA": "0"}}
 

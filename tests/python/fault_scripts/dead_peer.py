@@ -10,11 +10,11 @@ WHEN   pending: the survivors' operation is already pending when the victim dies
        idle: the survivors wait for the death (the victim's pid is gone) and only
        then issue the operation.
 OP     all_reduce | broadcast (root 0) | send_recv (rank 0 sends to the victim; any
-       other survivor waits on a recv from the victim) | sparse_all_reduce (WHEN
-       pending only: every rank, the victim too, starts a sparse all_reduce with
-       async_op=True, whose nonzero counts are exchanged before the call returns;
-       the victim dies as soon as its call returns, so the survivors' data phase,
-       which runs in the background, loses it).
+       other survivor waits on a recv from the victim) | sparse_all_reduce (async_op=
+       True; its nonzero counts are exchanged before the call returns, its data in the
+       background. pending: the victim too starts it and dies as soon as its call
+       returns, so the survivors' data phase loses it; idle: the victim dies first, so
+       the survivors' counts exchange, on the calling thread, loses it).
 COUNT  float32 elements in the operation (sparse_all_reduce: nonzero rows of 64 floats
        on each rank).
 
@@ -66,7 +66,7 @@ def body():
     common.record("warm")
 
     if r == VICTIM:
-        if OP == "sparse_all_reduce":
+        if OP == "sparse_all_reduce" and WHEN == "pending":
             sparse_all_reduce(torch, dist, r, n)
         elif WHEN == "pending":
             time.sleep(DEATH_DELAY_S)
@@ -90,16 +90,18 @@ def body():
 
     x = torch.ones(COUNT)
     if OP == "all_reduce":
-        work = dist.all_reduce(x, async_op=True)
+        start = lambda: dist.all_reduce(x, async_op=True)  # noqa: E731
     elif OP == "broadcast":
-        work = dist.broadcast(x, src=0, async_op=True)
+        start = lambda: dist.broadcast(x, src=0, async_op=True)  # noqa: E731
     elif OP == "send_recv":
-        work = dist.isend(x, dst=VICTIM) if r == 0 else dist.irecv(x, src=VICTIM)
+        start = lambda: dist.isend(x, dst=VICTIM) if r == 0 else dist.irecv(x, src=VICTIM)  # noqa: E731
     elif OP == "sparse_all_reduce":
-        work = sparse_all_reduce(torch, dist, r, n)
+        start = lambda: sparse_all_reduce(torch, dist, r, n)  # noqa: E731
     else:
         raise SystemExit(f"unknown op {OP}")
-    common.attempt("pending", work.wait)
+    # The call is attempted with its wait: a sparse all_reduce exchanges its counts on
+    # the calling thread, so after the death the call itself raises.
+    common.attempt("pending", lambda: start().wait())
     # Stay alive until every survivor has its own result: a survivor that exits early
     # would make the ones waiting on it fail with "connection to rank <survivor>
     # closed" (a cascade), which would hide what they see of the victim's death.
