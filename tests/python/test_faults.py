@@ -162,9 +162,7 @@ DEAD_PEER_CASES = [
     ("exception", "pending", "all_reduce", 1, 3, 2, (), ()),
     ("sigkill", "idle", "all_reduce", 1, 3, 2, (), ()),
     ("sigkill", "pending", "all_reduce", 1 << 20, 3, 1, (), ()),
-    # Binomial tree from root 0 over 3 ranks (forced: the shared-memory broadcast lets the
-    # root finish once its data is in its slots, which 4 MiB is where L2, and so the
-    # slot, is 2 MiB): the root sends to ranks 1 and 2 itself.
+    # Binomial tree from root 0 over 3 ranks (forced in CASE_ENV).
     ("sigkill", "pending", "broadcast", 1 << 20, 3, 1, (0,), (2,)),
     ("sigkill", "pending", "send_recv", 1 << 20, 3, 1, (0, 2), ()),  # 0 sends to it, 2 receives from it
     # Dies once its sparse all_reduce's counts are exchanged, during the data phase
@@ -176,7 +174,14 @@ DEAD_PEER_CASES = [
     # Dies first: the survivors' counts exchange, on the calling thread, loses it.
     ("sigkill", "idle", "sparse_all_reduce", 1 << 16, 3, 1, (), ()),
 ]
-CASE_ENV = {("exit", "sparse_all_reduce"): {"RINGX_CMA": "0"}}
+# Settings for the cases of one (mode, op).
+CASE_ENV = {
+    # The shared-memory broadcast lets the root finish once its data is in its slots,
+    # which 4 MiB is where L2, and so the slot, is 2 MiB: with the binomial tree the
+    # root sends to ranks 1 and 2 itself.
+    ("sigkill", "broadcast"): {"RINGX_ALGO": "broadcast:binomial"},
+    ("exit", "sparse_all_reduce"): {"RINGX_CMA": "0"},
+}
 
 
 def _op_name(op, r):
@@ -194,8 +199,8 @@ def test_dead_peer(mode, when, op, count, ws, victim, direct, independent):
     (or before they issue it): every survivor's pending and later calls fail within
     2 x the timeout, except a pending op that never needed the dead rank, which may
     complete; the ones that talk to the dead rank directly say "connection to rank V
-    closed"."""
-    env = {"RINGX_ALGO": "broadcast:binomial"} if op == "broadcast" else CASE_ENV.get((mode, op))
+    closed" (or, in a single-copy algorithm, "rank V closed: its process exited ...")."""
+    env = CASE_ENV.get((mode, op))
     timeout = EXIT_TIMEOUT if mode == "exception" else FAULT_TIMEOUT
     out = launch("dead_peer.py", ws, mode, victim, timeout, when, op, count, env=env)
     dying = out[victim].event("dying")
@@ -207,7 +212,8 @@ def test_dead_peer(mode, when, op, count, ws, victim, direct, independent):
         lag = out[victim].exit_time - dying["t"]
         log(f"exception-then-exit: the victim's process ended {lag:.2f} s after raising")
         assert lag <= timeout, f"victim took {lag:.2f} s to exit\n{out.report()}"
-    # A rank that was reading the victim's memory (single copy) says so instead.
+    # The single-copy algorithms word it their own way: the victim exited while this
+    # rank copied its memory, or before it finished this collective.
     closed_re = rf"(connection to rank {victim} closed|rank {victim} closed: its process exited)"
     closed_seen = False
     for r in range(ws):

@@ -38,6 +38,8 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
   const DType dtype = a.dtype;
   const double avg = a.op == ReduceOp::Avg ? 1.0 / n : 1.0;
   const double premul = a.op == ReduceOp::PremulSum ? a.premulFactor : 1.0;
+  // PREMUL_SUM scales this rank's own piece too, which it does as it copies.
+  const bool ownFromInput = premul == 1.0;
   const ShmChunks chunks(shm, a.count, shm->slotBytes() / (size_t(n) * es));
   const ShmArea::SlotHeader header = identityOf(a);
 
@@ -49,7 +51,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
         s, shm, id, header,
         [=](std::byte* slot) {
           for (int j = 0; j < n; ++j)
-            if (j != r || premul != 1.0) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
+            if (j != r || !ownFromInput) std::memcpy(slot + j * m * es, in + j * a.count * es + pieceOff, m * es);
           if (premul != 1.0) scale(slot, size_t(n) * m, dtype, premul);
         },
         prev);
@@ -59,7 +61,7 @@ Schedule buildReduceScatterShm(const CollArgs& a) {
         [=](int which) {
           std::vector<const void*> srcs(n);
           for (int q = 0; q < n; ++q) srcs[q] = shm->slot(q, which) + size_t(r) * m * es;
-          if (premul == 1.0) srcs[r] = in + size_t(r) * a.count * es + pieceOff;
+          if (ownFromInput) srcs[r] = in + size_t(r) * a.count * es + pieceOff;
           std::byte* dst = out + pieceOff;
           reduce(dst, srcs.data(), n, m);
           if (avg != 1.0) scale(dst, m, dtype, avg);

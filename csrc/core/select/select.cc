@@ -158,9 +158,10 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
                          (alg.build == &buildReduceScatterHier ? n * N * kCost.gammaUsPerByte : 0);
     return local + acrossHostsUs(a, a.count * size_t(h.localSize()));
   }
-  if (alg.build == &buildAllReduceShm) {
+  if (alg.build == &buildAllReduceShm || alg.build == &buildReduceShm) {
     // Three counter hand-offs per slot-sized chunk; memory traffic of copy
-    // in (all but this rank's own 1/n), 1/n of an n-way reduce, and copy out.
+    // in (all but this rank's own 1/n), 1/n of an n-way reduce, and copy out
+    // (the reduce's root alone copies out, and it is the slowest rank).
     const double chunks = shmChunks(N);
     return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
@@ -246,11 +247,6 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   if (alg.build == &buildScatterShm) {
     // N is one block: the root copies in all n, each rank copies out one.
     return shmChunks(n * N) * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
-  }
-  if (alg.build == &buildReduceShm) {
-    // The all-reduce's costs, which the root pays.
-    const double chunks = shmChunks(N);
-    return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
   if (alg.build == &buildAllReduceRabenseifner) {
     return 2 * std::log2(p) * alpha + 2 * (p - 1) / p * N * wholeBeta +
