@@ -12,8 +12,16 @@ takes part in the trials that include it. A trial builds a fresh ringx group on 
 own store prefix, runs one collective while the victim dies "before" the call (the
 survivors call only after the victim's death is known) or "during" it (the survivors
 have submitted, the victim has submitted its part, then it is killed), then a barrier
-on the same group. Each survivor writes, per trial, what the collective and the barrier
-raised and how long after the death. A survivor that crashes leaves its report short.
+on the same group. Each survivor writes, per trial, what the collective (its call and
+its wait) and the barrier raised and how long they took. A survivor that crashes leaves
+its report short.
+
+A sparse all_reduce (op sparse_all_reduce) exchanges its nonzero counts on the calling
+thread before it returns its Work, so its call blocks until every rank has called, and
+raises when a peer is already dead; only its data phase runs in the background. So
+"during" is handed off the other way round for it: the survivors say they are about to
+call, then call; the victim calls (it returns once the counts are exchanged, its data
+phase in flight at 4 MiB), then it is killed; "before": the survivors' call raises.
 
 Configurations (RINGX_FM_CONFIGS, comma separated):
   remote2      world 2: s0 (host 0) and the victim (host 1): UCX over TCP only
@@ -45,9 +53,14 @@ CONFIGS = {
     "mixed4": (["s0", "s1", "s2", "victim"], "1"),
     "mixed4-noshm": (["s0", "s1", "s2", "victim"], "0"),
 }
+# The default op list. test_multihost.py reads it from this file's source (this script runs
+# at import) to count the trials: keep it a literal list.
 OPS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
-       "barrier", "send_recv"]
+       "barrier", "send_recv", "sparse_all_reduce"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
+# Ops whose call itself needs every rank (see the docstring): the survivors post before calling.
+BLOCKING_CALL = {"sparse_all_reduce"}
+SPARSE_ROW = 64  # floats per nonzero row of a sparse all_reduce
 
 
 def trials():
@@ -103,12 +116,25 @@ def tensors(op, rank, n, count, root):
         return ins, torch.empty(count), torch.full((count,), val)
     if op == "barrier":
         return None, None, None
+    if op == "sparse_all_reduce":
+        # `count` float values in nonzero rows of SPARSE_ROW floats (4 MiB: 16384 rows of
+        # 64), or in one row of `count` floats when it is smaller (8 B: one row of 2).
+        # Rank q's rows are q, q + n, q + 2n, ...: distinct across ranks, as in
+        # fault_scripts/dead_peer.py, so the coalesced sum has rows * n rows, row i holding
+        # (i mod n) + 1. The result replaces the input's indices and values in place.
+        width = min(count, SPARSE_ROW)
+        rows = count // width
+        idx = (torch.arange(rows, dtype=torch.int64) * n + rank).unsqueeze(0)
+        t = torch.sparse_coo_tensor(idx, torch.full((rows, width), val), (n * rows, width),
+                                    check_invariants=False).coalesce()
+        want = torch.arange(1, n + 1, dtype=torch.float32).repeat(rows).unsqueeze(1).expand(n * rows, width)
+        return t, t, want
     raise ValueError(op)
 
 
 def issue(pg, op, rank, root, inp, out):
     """Submits `op`; returns the Works to wait on."""
-    if op == "all_reduce":
+    if op in ("all_reduce", "sparse_all_reduce"):
         return [pg.allreduce([inp])]
     if op == "broadcast":
         o = BroadcastOptions()
@@ -165,12 +191,15 @@ def run_victim(store, t, i, rank, n):
         time.sleep(0.002)
     prefix.set("victim-ready", "1")
     if t["when"] == "during":
-        prefix.wait(["posted"])
         root = 0 if t["rep"] % 2 == 0 else rank
+        if t["op"] != "send_recv":
+            inp, out, _ = tensors(t["op"], rank, n, count, root)
+        prefix.wait(["posted"])
         if t["op"] == "send_recv":
             send_recv(pg, rank, rank, count)
         else:
-            inp, out, _ = tensors(t["op"], rank, n, count, root)
+            # A sparse all_reduce's call returns once the counts are exchanged with the
+            # survivors, which posted before calling theirs.
             issue(pg, t["op"], rank, root, inp, out)
         prefix.set("victim-submitted", "1")
     time.sleep(3600)
@@ -204,6 +233,8 @@ def matches(got, want):
         return True
     if isinstance(want, list):
         return all(torch.equal(g, w) for g, w in zip(got, want))
+    if got.is_sparse:
+        return got.is_coalesced() and torch.equal(got.to_dense(), want)
     return torch.equal(got, want)
 
 
@@ -232,22 +263,39 @@ def survivor(store, plan):
         prefix.add("warm", 1)
         if t["when"] == "before":
             prefix.wait(["dead"])
-        if t["op"] == "send_recv":
-            works, got, want = send_recv(pg, rank, victim, count)
-        else:
+        inp = got = want = None
+        if t["op"] != "send_recv":
             inp, got, want = tensors(t["op"], rank, n, count, root)
-            works = issue(pg, t["op"], rank, root, inp, got)
-        if t["when"] == "during" and prefix.add("posted-count", 1) == n - 1:
-            prefix.set("posted", "1")
         rec = dict(t, rank=rank, victim=victim, root=root if t["op"] in ROOTED else None)
 
-        def wait_all():
+        def post():
+            if t["when"] == "during" and prefix.add("posted-count", 1) == n - 1:
+                prefix.set("posted", "1")
+
+        def call():
+            """Submits and waits: the submit is part of the outcome, since a sparse
+            all_reduce's call raises when the victim is already dead."""
+            nonlocal got, want
+            if t["op"] in BLOCKING_CALL:
+                post()  # the victim may call once every survivor is about to
+            try:
+                if t["op"] == "send_recv":
+                    works, got, want = send_recv(pg, rank, victim, count)
+                else:
+                    works = issue(pg, t["op"], rank, root, inp, got)
+            finally:
+                if t["op"] not in BLOCKING_CALL:
+                    post()  # even if the submit raised, or the victim waits forever
+            phase[0] = "wait"
             for w in works:
                 w.wait()
 
-        rec["call"] = outcome(wait_all)
+        phase = ["call"]
+        rec["call"] = outcome(call)
         if rec["call"]["ok"]:
             rec["call"]["correct"] = matches(got, want)
+        else:
+            rec["call"]["raised_in"] = phase[0]  # "call": the submit raised; "wait": a Work's wait
         rec["barrier"] = outcome(lambda: pg.barrier().wait())
         prefix.wait(["dead"])
         rec["dead_at"] = float(prefix.get("dead"))
