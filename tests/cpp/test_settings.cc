@@ -1,6 +1,9 @@
 // The RINGX_* settings table, its typed reads, and the check that the ranks
 // of a group agree on the settings that shape a schedule.
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -101,10 +104,13 @@ TEST_CASE("typed reads take the environment's value, else the default, and name 
     REQUIRE_THROWS_WITH(settingFlag("RINGX_SHM"), Catch::Contains("RINGX_SHM='yes' is not 0 or 1"));
   }
   {
+    // The default slot is a quarter of one core's L2, within 64 KiB-4 MiB.
     ScopedEnv v("RINGX_SHM_BYTES", nullptr);
-    const size_t l2 = settingPositive("RINGX_SHM_BYTES");
-    REQUIRE(l2 >= (64u << 10));
-    REQUIRE(l2 <= (4u << 20));
+    const size_t slot = settingPositive("RINGX_SHM_BYTES");
+    const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) REQUIRE(slot == std::clamp<size_t>(size_t(l2) / 4, 64u << 10, 4u << 20));
+    REQUIRE(slot >= (64u << 10));
+    REQUIRE(slot <= (4u << 20));
   }
   {
     ScopedEnv v("RINGX_DEBUG", "info");

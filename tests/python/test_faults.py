@@ -177,8 +177,8 @@ DEAD_PEER_CASES = [
 # Settings for the cases of one (mode, op).
 CASE_ENV = {
     # The shared-memory broadcast lets the root finish once its data is in its slots,
-    # which 4 MiB is where L2, and so the slot, is 2 MiB: with the binomial tree the
-    # root sends to ranks 1 and 2 itself.
+    # which a buffer of two slots or less is: with the binomial tree the root sends to
+    # ranks 1 and 2 itself.
     ("sigkill", "broadcast"): {"RINGX_ALGO": "broadcast:binomial"},
     ("exit", "sparse_all_reduce"): {"RINGX_CMA": "0"},
 }

@@ -102,7 +102,7 @@ def test_python_m_ringx_reports_what_a_bug_report_needs():
     for name in names.split():
         assert re.search(rf"^  [* ][= ] {name}\s+\S", out, re.M), f"{name} missing:\n{out}"
     assert re.search(r"^  \*= RINGX_CHUNK_BYTES\s+4096\s+\(default 262144\)$", out, re.M), out
-    assert re.search(r"^   = RINGX_SHM_BYTES\s+\d+\s+\(default one core's L2", out, re.M), out
+    assert re.search(r"^   = RINGX_SHM_BYTES\s+\d+\s+\(default a quarter of one core's L2", out, re.M), out
     assert re.search(r"^   = RINGX_ALGO\s+unset\s+\(default unset \(cost model\)\)$", out, re.M), out
 
 

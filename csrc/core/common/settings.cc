@@ -14,12 +14,15 @@ namespace ringx {
 
 namespace {
 
-// A chunk that fits one core's L2 stays there from copy-in through the reduce
-// to copy-out: on the 2-core VM (512 KiB L2) 512 KiB slots gave 2x the busbw
-// of 4 MiB ones for 64 MiB all_reduces (benchmarks/collectives.py).
+// A chunk stays in L2 from copy-in through the reduce to copy-out only if
+// what a rank touches for it fits there: its input's chunk, its own slot and
+// the peers' portions, about three slots. Slots of a quarter of L2 do (on a
+// VM with 2 MiB of L2, 512 KiB slots made the world-2 all_reduce 10-23%
+// faster than 2 MiB ones from 1 MiB up, and both 1 MiB and 256 KiB slower
+// than 512 KiB; docs/algorithms.md, "The slot size").
 size_t l2SlotBytes() {
   const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return l2 > 0 ? std::clamp<size_t>(size_t(l2), 64 << 10, 4 << 20) : 512 << 10;
+  return l2 > 0 ? std::clamp<size_t>(size_t(l2) / 4, 64 << 10, 4 << 20) : 512 << 10;
 }
 
 const std::vector<Setting> kSettings = {
@@ -68,10 +71,10 @@ const std::vector<Setting> kSettings = {
      "everything "
      "through UCX."},
     {"RINGX_SHM_BYTES", SettingType::PositiveInt, "bytes", "",
-     "one core's L2 (`getconf LEVEL2_CACHE_SIZE`, clamped to 64 KiB-4 MiB)", &l2SlotBytes, true,
+     "a quarter of one core's L2 (`getconf LEVEL2_CACHE_SIZE`, clamped to 64 KiB-4 MiB)", &l2SlotBytes, true,
      "Size of each of a rank's two shared-memory slots (the intra-host chunk), rounded down to 64 "
      "bytes, "
-     "at least 4096: a chunk that stays in L2 from copy-in to copy-out."},
+     "at least 4096: a chunk whose copies stay in L2 from copy-in to copy-out."},
     {"RINGX_CMA", SettingType::Choice, "`auto`, `0`, `1`", "auto", "`auto`", nullptr, true,
      "Single-copy intra-host transfers (Linux CMA, `process_vm_readv`): `auto` probes at group "
      "creation whether every rank can read every other's memory and uses them where the cost model "

@@ -73,7 +73,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   }
   if (agreed != slotBytes) {
     RINGX_LOG(Info, "ringx: shared memory (rank " << rank << "): the ranks asked for different slot sizes "
-                        "(RINGX_SHM_BYTES defaults to one core's L2, which differs between them); all use "
+                        "(RINGX_SHM_BYTES defaults to a quarter of one core's L2, which differs between them); all use "
                         "the smallest, "
                         << agreed << " bytes, instead of this rank's " << slotBytes);
   }
