@@ -17,8 +17,8 @@ namespace {
 // A chunk stays in L2 from copy-in through the reduce to copy-out only if
 // what a rank touches for it fits there: its input's chunk, its own slot and
 // the peers' portions, about three slots. Slots of a quarter of L2 do (on a
-// VM with 2 MiB of L2, 512 KiB slots made the world-2 all_reduce 10-23%
-// faster than 2 MiB ones from 1 MiB up, and both 1 MiB and 256 KiB slower
+// VM with 2 MiB of L2, 512 KiB slots made the world-2 all_reduce 14-23%
+// faster than 2 MiB ones from 4 MiB up, and both 1 MiB and 256 KiB slower
 // than 512 KiB; docs/algorithms.md, "The slot size").
 size_t l2SlotBytes() {
   const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
