@@ -53,8 +53,8 @@ CONFIGS = {
     "mixed4": (["s0", "s1", "s2", "victim"], "1"),
     "mixed4-noshm": (["s0", "s1", "s2", "victim"], "0"),
 }
-# The default op list. test_multihost.py reads it from this file's source (this script runs
-# at import) to count the trials: keep it a literal list.
+# The default op list. test_multihost.py reads it, and BLOCKING_CALL, from this file's source
+# (this script runs at import): keep both literals.
 OPS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
        "barrier", "send_recv", "sparse_all_reduce"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
@@ -275,7 +275,7 @@ def survivor(store, plan):
         def call():
             """Submits and waits: the submit is part of the outcome, since a sparse
             all_reduce's call raises when the victim is already dead."""
-            nonlocal got, want
+            nonlocal got, want, phase
             if t["op"] in BLOCKING_CALL:
                 post()  # the victim may call once every survivor is about to
             try:
@@ -286,16 +286,16 @@ def survivor(store, plan):
             finally:
                 if t["op"] not in BLOCKING_CALL:
                     post()  # even if the submit raised, or the victim waits forever
-            phase[0] = "wait"
+            phase = "wait"
             for w in works:
                 w.wait()
 
-        phase = ["call"]
+        phase = "call"
         rec["call"] = outcome(call)
         if rec["call"]["ok"]:
             rec["call"]["correct"] = matches(got, want)
         else:
-            rec["call"]["raised_in"] = phase[0]  # "call": the submit raised; "wait": a Work's wait
+            rec["call"]["raised_in"] = phase  # "call": the submit raised; "wait": a Work's wait
         rec["barrier"] = outcome(lambda: pg.barrier().wait())
         prefix.wait(["dead"])
         rec["dead_at"] = float(prefix.get("dead"))

@@ -153,18 +153,20 @@ SURVIVORS = {"s0": 0, "s1": 0, "s2": 1}  # role: host
 MATRIX_CONFIGS = ["remote2", "mixed4", "mixed4-noshm"]
 
 
-def _matrix_ops():
-    """The script's default op list, OPS, read from its source: the script runs at
-    import, and its list is the one source of truth for the full matrix."""
+def _matrix_literal(name):
+    """A literal the script defines, read from its source (the script runs at import):
+    its default op list, OPS, and the ops whose call itself needs every rank,
+    BLOCKING_CALL, have one source."""
     with open(MATRIX_SCRIPT) as f:
         tree = ast.parse(f.read(), MATRIX_SCRIPT)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "OPS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return ast.literal_eval(node.value)
-    raise AssertionError(f"no OPS list in {MATRIX_SCRIPT}")
+    raise AssertionError(f"no {name} in {MATRIX_SCRIPT}")
 
 
-MATRIX_OPS = _matrix_ops()
+MATRIX_OPS = _matrix_literal("OPS")
+BLOCKING_CALL = _matrix_literal("BLOCKING_CALL")
 
 
 def launch_matrix(hosts, env, limit):
@@ -237,9 +239,10 @@ def check_matrix(reports, logs, codes, hung, expected_trials):
             s = summary.setdefault(key, {"runs": 0, "raised": 0, "raised_at_call": 0,
                                          "completed_then_barrier_raised": 0, "max_s": 0.0})
             s["runs"] += 1
-            if rec["op"] == "sparse_all_reduce" and rec["when"] == "before":
-                # Its nonzero counts are exchanged on the calling thread, with every rank:
-                # with the victim already dead the call itself fails, before any Work.
+            if rec["op"] in BLOCKING_CALL and rec["when"] == "before":
+                # Its call needs every rank (a sparse all_reduce exchanges its nonzero
+                # counts on the calling thread): with the victim already dead the call
+                # itself fails, before any Work.
                 assert not call["ok"] and call["raised_in"] == "call", \
                     f"{where}: the call did not raise although the victim died before it: {call}\n{logs}"
             if call["ok"]:
