@@ -22,8 +22,9 @@ namespace {
 // Loopback transports plus one shared-memory area per rank, as separate
 // processes would have them.
 struct ShmWorld {
-  explicit ShmWorld(int size, CommOptions options = {}) : world(makeLoopbackWorld(size)), areas(size) {
-    onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "t", r, size, 4096); });
+  explicit ShmWorld(int size, CommOptions options = {}, size_t slotBytes = 4096)
+      : world(makeLoopbackWorld(size)), areas(size) {
+    onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "t", r, size, slotBytes); });
     for (auto& t : world.transports) comms.push_back(std::make_unique<Communicator>(std::move(t), options));
   }
   // The communicators go first: their progress threads read the areas.
@@ -65,6 +66,39 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
         }
         if (op == ReduceOp::Avg) want /= size;
         if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+      }
+    }
+  });
+}
+
+TEST_CASE("shm all_reduce is right where a rank's portion spans several of the reduce's blocks") {
+  // 256 KiB slots: a rank's portion of a chunk is 16-32 K floats, several of
+  // the 16 KiB blocks the reduce writes to the output and then to the slot,
+  // and the last chunk ends part way through a block.
+  auto size = GENERATE(2, 3, 4);
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(size, reduceOpName(op));
+  const size_t count = 3 * 65536 + 4099;
+  ShmWorld w(size, {}, 256 * 1024);
+  auto value = [](int q, size_t i, int call) { return float(q * 10 + int(i % 1009) + call); };
+  onEachRank(size, [&](int r) {
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i, call);
+      CollArgs a{Collective::AllReduce, r, size, uint64_t(call)};
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.buf = buf.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_reduce", uint64_t(call), buildAllReduceShm(a)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q = 0; q < size; ++q) want += (op == ReduceOp::PremulSum ? 0.5f : 1.0f) * value(q, i, call);
+        if (op == ReduceOp::Avg) want /= float(size);
+        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) {
+          RANK_FAIL("rank " << r << " call " << call << " element " << i << " got " << buf[i] << " want " << want);
+        }
       }
     }
   });
@@ -337,14 +371,17 @@ TEST_CASE("shm scatter gives every rank its block of the root's input, for every
 
 TEST_CASE("shm reduce leaves the result on the root and the other ranks' buffers as they were") {
   auto size = GENERATE(2, 3, 4);
-  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011});
+  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011}, size_t{3 * 65536 + 4099});
+  // With 256 KiB slots the root's portion of a chunk spans several of the
+  // blocks its reduce writes straight into its buffer.
+  auto slotBytes = GENERATE(size_t{4096}, size_t{256 * 1024});
   auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
-  CAPTURE(size, count, reduceOpName(op));
-  ShmWorld w(size);
+  CAPTURE(size, count, slotBytes, reduceOpName(op));
+  ShmWorld w(size, {}, slotBytes);
   onEachRank(size, [&](int r) {
     for (int root = 0; root < size; ++root) {
       std::vector<float> buf(count);
-      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 7) + root);
+      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 1009) + root);
       const std::vector<float> before = buf;
       CollArgs a{Collective::Reduce, r, size, uint64_t(root)};
       a.op = op;
@@ -361,7 +398,7 @@ TEST_CASE("shm reduce leaves the result on the root and the other ranks' buffers
       for (size_t i = 0; i < count; ++i) {
         float want = 0;
         for (int q = 0; q < size; ++q) {
-          const float v = float(q * 10 + int(i % 7) + root);
+          const float v = float(q * 10 + int(i % 1009) + root);
           want = op == ReduceOp::Max ? std::max(want, v) : want + (op == ReduceOp::PremulSum ? 0.5f * v : v);
         }
         if (op == ReduceOp::Avg) want /= float(size);

@@ -22,15 +22,17 @@ namespace ringx {
 //      counter := 2 id - 1;
 //   2. reduce:  once every counter >= 2 id - 1, reduce this rank's portion
 //      out of the n - 1 other slots and its own input in one fused n-way pass
-//      with float32 accumulation for 16-bit types, into its own slot;
-//      counter := 2 id;
-//   3. copy out: once every counter >= 2 id, copy every rank's reduced
+//      with float32 accumulation for 16-bit types, into its own output and
+//      from there into its own slot; counter := 2 id;
+//   3. copy out: once every counter >= 2 id, copy every other rank's reduced
 //      portion into the output.
 // A slot is rewritten two chunks later, once every rank has released the
 // chunk that used it last (ShmArea::slotFree): no closing barrier.
 //
 // Memory traffic per rank: (n-1)/n N copied in, N/n x n read and N/n written
-// by the reduce, N copied out; no bytes on any wire.
+// by the reduce, N/n copied from L1 into the slot, (n-1)/n N copied out; no
+// bytes on any wire. At world 2 that reads and writes 2 N from memory, what
+// an in-place pass over the tensor plus a copy of N from the peer needs.
 //
 // Each rank publishes its op's element count, dtype and reduce op in the
 // slot's header with the copy-in; the reduce step compares every rank's
@@ -61,7 +63,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
           shm->checkSameOp(which, header);
-          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk);
+          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk, chunk, true);
           shm->counter(r).store(2 * id, std::memory_order_release);
           shm->ring();
           return true;
@@ -71,7 +73,7 @@ Schedule buildAllReduceShm(const CollArgs& a) {
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id)) return false;
-          shmCopyPortionsOut(shm, which, m, es, chunk);
+          shmCopyPortionsOut(shm, which, m, es, chunk, r);
           shm->finishChunk(id);
           return true;
         },

@@ -11,16 +11,16 @@ namespace ringx {
 //   1. copy in: the chunk into this rank's slot, all but this rank's own
 //      1/n of it; counter := 2 id - 1;
 //   2. once every counter >= 2 id - 1: reduce this rank's 1/n of the chunk
-//      out of the other n - 1 slots and its own input into its slot; a
-//      non-root rank then releases the chunk (counter := 2 id), the root only
-//      marks it reduced;
-//   3. the root, once every counter >= 2 id, copies every rank's reduced
-//      portion into its buffer and releases the chunk.
+//      out of the other n - 1 slots and its own input into its slot (the
+//      root: straight into its buffer); a non-root rank then releases the
+//      chunk (counter := 2 id), the root only marks it reduced;
+//   3. the root, once every counter >= 2 id, copies every other rank's
+//      reduced portion into its buffer and releases the chunk.
 // The other ranks' buffers are left as they were: with PREMUL_SUM they scale
 // a scratch copy.
 //
 // Memory traffic per rank: (n-1)/n N copied in, N/n x n read and N/n written
-// by the reduce; N copied out by the root; no bytes on any wire.
+// by the reduce; (n-1)/n N copied out by the root; no bytes on any wire.
 Schedule buildReduceShm(const CollArgs& a) {
   Schedule s(a.dtype, a.op, a.device);
   s.setAlgorithm("shm");
@@ -58,7 +58,8 @@ Schedule buildReduceShm(const CollArgs& a) {
         [=] {
           if (!shm->allReached(2 * id - 1)) return false;
           shm->checkSameOp(which, header);
-          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk);
+          shmReduceMyPortion(shm, which, m, reduce, dtype, avg, chunk, isRoot ? buf + chunkOff : shm->slot(r, which),
+                             false);
           if (isRoot) {
             shm->counter(r).store(2 * id, std::memory_order_release);
             shm->ring();
@@ -72,7 +73,7 @@ Schedule buildReduceShm(const CollArgs& a) {
     prev = s.poll(
         [=] {
           if (!shm->allReached(2 * id)) return false;
-          shmCopyPortionsOut(shm, which, m, es, buf + chunkOff);
+          shmCopyPortionsOut(shm, which, m, es, buf + chunkOff, r);
           shm->finishChunk(id);
           return true;
         },

@@ -2,6 +2,7 @@
 // and the step that reads every rank's copy.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -85,28 +86,37 @@ inline void shmCopyInOthersPortions(std::byte* slot, const std::byte* chunk, siz
 }
 
 // The two-shot reduction's middle step on a chunk of `m` elements in slot
-// `which`: this rank's 1/n of it reduced out of the n ranks' copies into its
-// own slot (scaled by `avg` unless 1). This rank's own copy of its portion is
-// read from `own` (its input, which no other rank needs) rather than the slot.
+// `which`: this rank's 1/n of it reduced out of the n ranks' copies (scaled by
+// `avg` unless 1) into `out`, the rank's own output for the chunk, and, where
+// other ranks read the result (`share`), into its slot too. This rank's own
+// copy of its portion is read from `own` (its input, which no other rank
+// needs) rather than the slot; `out` may equal `own`. Writing the output here
+// spares the copy out of this rank's own portion; the slot is filled block by
+// block from what the reduce just wrote, while it is still in L1.
 inline void shmReduceMyPortion(ShmArea* shm, int which, size_t m, ReduceNFn reduce, DType dtype, double avg,
-                               const std::byte* own) {
+                               const std::byte* own, std::byte* out, bool share) {
+  constexpr size_t kBlockBytes = 16 * 1024;
   const int n = shm->size(), r = shm->rank();
   const size_t es = dtypeSize(dtype);
   const size_t off = ring::chunkStart(m, n, r) * es, len = ring::chunkLen(m, n, r);
-  if (!len) return;
+  const size_t blockElems = kBlockBytes / es;
   std::vector<const void*> srcs(n);
-  for (int q = 0; q < n; ++q) srcs[q] = q == r ? own + off : shm->slot(q, which) + off;
-  std::byte* mine = shm->slot(r, which) + off;
-  reduce(mine, srcs.data(), n, len);
-  if (avg != 1.0) scale(mine, len, dtype, avg);
+  for (size_t done = 0; done < len; done += blockElems) {
+    const size_t at = off + done * es, k = std::min(blockElems, len - done);
+    for (int q = 0; q < n; ++q) srcs[q] = q == r ? own + at : shm->slot(q, which) + at;
+    reduce(out + at, srcs.data(), n, k);
+    if (avg != 1.0) scale(out + at, k, dtype, avg);
+    if (share) std::memcpy(shm->slot(r, which) + at, out + at, k * es);
+  }
 }
 
-// Its last step: every rank's reduced portion of the chunk copied to `out`.
-inline void shmCopyPortionsOut(ShmArea* shm, int which, size_t m, size_t es, std::byte* out) {
+// Its last step: every rank's reduced portion of the chunk copied to `out`,
+// but for rank `skip`'s (-1 for none), already there.
+inline void shmCopyPortionsOut(ShmArea* shm, int which, size_t m, size_t es, std::byte* out, int skip = -1) {
   const int n = shm->size();
   for (int q = 0; q < n; ++q) {
     const size_t off = ring::chunkStart(m, n, q) * es, len = ring::chunkLen(m, n, q) * es;
-    if (len) std::memcpy(out + off, shm->slot(q, which) + off, len);
+    if (len && q != skip) std::memcpy(out + off, shm->slot(q, which) + off, len);
   }
 }
 
