@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/common/topology.h"
+#include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
 #include "test_support.h"
@@ -406,6 +407,19 @@ TEST_CASE("shm reduce leaves the result on the root and the other ranks' buffers
       }
     }
   });
+}
+
+TEST_CASE("the cost model takes reduce:shm over the binomial tree on one host at every size and world") {
+  auto size = GENERATE(2, 3, 4);
+  ShmWorld w(size, {}, 512 * 1024);
+  for (size_t count : {size_t{1}, size_t{16384}, size_t{65536}, size_t{1} << 20, size_t{4} << 20}) {
+    CAPTURE(size, count);
+    CollArgs a{Collective::Reduce, 0, size, 1};
+    a.count = count;
+    a.shm = w.areas[0].get();
+    CHECK(selectAlgorithm(a, AlgoOverride("")).name == "shm");
+    CHECK(selectAlgorithm(a, AlgoOverride("reduce:binomial")).name == "binomial");
+  }
 }
 
 TEST_CASE("shm barrier lets no rank through before every rank has arrived, call after call") {

@@ -248,6 +248,13 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // N is one block: the root copies in all n, each rank copies out one.
     return shmChunks(n * N) * 2 * kCost.shmSyncUs + (n + 1) * N * kCost.copyUsPerByte;
   }
+  if (alg.build == &buildReduceBinomial) {
+    // Each round's receiver reduces what it received before it sends on.
+    // Without that term the tree undercut reduce:shm at world 2 from
+    // 256 KiB, where it took 1.36-1.91x shm's time (the medians of five
+    // paired runs) in every pattern (2026-11-28, docs/algorithms.md).
+    return lg * (alpha + N * (beta + kCost.gammaUsPerByte));
+  }
   if (alg.build == &buildAllReduceRabenseifner) {
     return 2 * std::log2(p) * alpha + 2 * (p - 1) / p * N * wholeBeta +
            (p - 1) / p * N * kCost.gammaUsPerByte + foldUs;
