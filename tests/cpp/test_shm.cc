@@ -41,10 +41,14 @@ struct ShmWorld {
 
 TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeated calls") {
   auto size = GENERATE(2, 3, 4);
-  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011});
-  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg);
-  CAPTURE(size, count, reduceOpName(op));
-  ShmWorld w(size);
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011}, size_t{3 * 65536 + 4099});
+  // With 256 KiB slots a rank's portion of a chunk spans several of the 16 KiB
+  // blocks its reduce writes to its output and then to its slot, and the last
+  // chunk ends part way through a block.
+  auto slotBytes = GENERATE(size_t{4096}, size_t{256 * 1024});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(size, count, slotBytes, reduceOpName(op));
+  ShmWorld w(size, {}, slotBytes);
   auto& areas = w.areas;
   auto& comms = w.comms;
   onEachRank(size, [&](int r) {
@@ -52,9 +56,10 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
     // Several calls in a row: chunk numbering and slot reuse carry across ops.
     for (int call = 0; call < 3; ++call) {
       std::vector<float> buf(count);
-      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 7) + call);
+      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 1009) + call);
       CollArgs a{Collective::AllReduce, r, size, uint64_t(call)};
       a.op = op;
+      a.premulFactor = 0.5;
       a.buf = buf.data();
       a.count = count;
       a.shm = areas[r].get();
@@ -62,44 +67,11 @@ TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeate
       for (size_t i = 0; i < count; ++i) {
         float want = 0;
         for (int q = 0; q < size; ++q) {
-          float v = float(q * 10 + int(i % 7) + call);
-          want = op == ReduceOp::Max ? std::max(want, v) : want + v;
+          const float v = float(q * 10 + int(i % 1009) + call);
+          want = op == ReduceOp::Max ? std::max(want, v) : want + (op == ReduceOp::PremulSum ? 0.5f * v : v);
         }
         if (op == ReduceOp::Avg) want /= size;
         if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
-      }
-    }
-  });
-}
-
-TEST_CASE("shm all_reduce is right where a rank's portion spans several of the reduce's blocks") {
-  // 256 KiB slots: a rank's portion of a chunk is 16-32 K floats, several of
-  // the 16 KiB blocks the reduce writes to the output and then to the slot,
-  // and the last chunk ends part way through a block.
-  auto size = GENERATE(2, 3, 4);
-  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Avg, ReduceOp::PremulSum);
-  CAPTURE(size, reduceOpName(op));
-  const size_t count = 3 * 65536 + 4099;
-  ShmWorld w(size, {}, 256 * 1024);
-  auto value = [](int q, size_t i, int call) { return float(q * 10 + int(i % 1009) + call); };
-  onEachRank(size, [&](int r) {
-    for (int call = 0; call < 2; ++call) {
-      std::vector<float> buf(count);
-      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i, call);
-      CollArgs a{Collective::AllReduce, r, size, uint64_t(call)};
-      a.op = op;
-      a.premulFactor = 0.5;
-      a.buf = buf.data();
-      a.count = count;
-      a.shm = w.areas[r].get();
-      RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], "all_reduce", uint64_t(call), buildAllReduceShm(a)));
-      for (size_t i = 0; i < count; ++i) {
-        float want = 0;
-        for (int q = 0; q < size; ++q) want += (op == ReduceOp::PremulSum ? 0.5f : 1.0f) * value(q, i, call);
-        if (op == ReduceOp::Avg) want /= float(size);
-        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) {
-          RANK_FAIL("rank " << r << " call " << call << " element " << i << " got " << buf[i] << " want " << want);
-        }
       }
     }
   });

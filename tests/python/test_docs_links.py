@@ -2,6 +2,7 @@
 a markdown file, the anchor is one of its headings (GitHub's slugs: lower case,
 punctuation dropped, spaces to hyphens, -1, -2... for repeats)."""
 
+import functools
 import pathlib
 import re
 
@@ -14,6 +15,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6} (.*)$", re.M)
 
 
+@functools.cache  # the README links to docs/benchmarks.md dozens of times
 def anchors(path):
     out, seen = set(), {}
     for title in HEADING.findall(FENCE.sub("", path.read_text())):
