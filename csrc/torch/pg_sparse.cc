@@ -1,63 +1,111 @@
 // all_reduce(SUM) of sparse COO tensors, as gloo does it: every rank's
-// indices and values are gathered, concatenated and coalesced. The ranks'
-// nonzero counts differ, so they are gathered first, on the calling thread:
-// the call returns once every rank has made it. Indices and values then move
-// as one all_gather of bytes, in the background like any other collective,
-// and the sum is built into the caller's tensor when it has arrived (gloo
-// does all of it on its worker thread).
+// indices and values are gathered, concatenated and coalesced. One op does
+// all of it in the background, so the call returns at once, as gloo's does:
+// each rank first sends every other its shape and nonzero count, then its
+// indices and values, whose receives are sized once the counts are in
+// (LateExtent). The op moves its data as tagged messages: the shared-memory
+// and single-copy all_gathers reserve their chunks when they are built, which
+// would need the counts on the calling thread.
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 
-#include <algorithm>
+#include <array>
+#include <memory>
 
+#include "core/algorithms/identity.h"
 #include "torch/process_group_ringx.hpp"
-#include "torch/staging.h"
 
 namespace ringx {
 namespace {
 
-// Where each rank's indices and values lie in its block of the gathered
-// bytes: both start on a 64-byte boundary, so each views as its own dtype.
-struct SparseLayout {
-  int64_t sparseDim = 0;
-  int64_t most = 0;  // the largest nonzero count: every rank's block is padded to it
-  std::vector<int64_t> valueShape;  // of one block's values, first dimension `most`
+// What a rank tells the others first, padded to a fixed length.
+constexpr int64_t kMaxDims = 64;
+// The dtype of the values travels with the op's identity (addIdentityChecks).
+enum MetaWord : size_t { kNnz, kSparseDims, kDenseDims, kDims, kSizes };
+using Meta = std::array<int64_t, kSizes + size_t(kMaxDims)>;
+
+int64_t roundUp64(int64_t n) { return (n + 63) / 64 * 64; }
+
+// Where a rank's indices and values lie in its block: indices first, values
+// from a 64-byte boundary, so each views as its own dtype. Once the ranks
+// agree on the shape, their blocks differ only in the nonzero count.
+struct BlockLayout {
+  int64_t sparseDims = 0, valueAt = 0, bytes = 0;
+  std::vector<int64_t> valueShape;  // first dimension: the nonzero count
   at::ScalarType valueType = at::kFloat;
-  int64_t indexBytes = 0, valueAt = 0, valueBytes = 0, block = 0;
+  size_t elementSize = 0;
 
-  SparseLayout(int64_t sparseDim, int64_t most, const at::Tensor& values)
-      : sparseDim(sparseDim), most(most), valueShape(values.sizes().vec()), valueType(values.scalar_type()) {
-    valueShape[0] = most;
-    indexBytes = sparseDim * most * int64_t(sizeof(int64_t));
-    valueBytes = c10::multiply_integers(valueShape) * int64_t(values.element_size());
-    valueAt = roundUp(indexBytes);
-    block = roundUp(valueAt + valueBytes);
+  BlockLayout(int64_t sparseDims, const at::Tensor& values)
+      : sparseDims(sparseDims),
+        valueShape(values.sizes().vec()),
+        valueType(values.scalar_type()),
+        elementSize(values.element_size()) {
+    resize(valueShape[0]);
   }
-  static int64_t roundUp(int64_t n) { return (n + 63) / 64 * 64; }
+  BlockLayout withRows(int64_t nnz) const {
+    BlockLayout l = *this;
+    l.resize(nnz);
+    return l;
+  }
+  at::Tensor indices(std::byte* block) const {
+    return at::from_blob(block, {sparseDims, valueShape[0]}, at::kLong);
+  }
+  at::Tensor values(std::byte* block) const {
+    return at::from_blob(block + valueAt, valueShape, at::TensorOptions().dtype(valueType));
+  }
 
-  at::Tensor indices(const at::Tensor& rankBytes) const {
-    return rankBytes.narrow(0, 0, indexBytes).view(at::kLong).view({sparseDim, most});
+ private:
+  void resize(int64_t nnz) {
+    valueShape[0] = nnz;
+    valueAt = roundUp64(sparseDims * nnz * int64_t(sizeof(int64_t)));
+    bytes = valueAt + c10::multiply_integers(valueShape) * int64_t(elementSize);
   }
-  at::Tensor values(const at::Tensor& rankBytes) const {
-    return rankBytes.narrow(0, valueAt, valueBytes).view(valueType).view(valueShape);
+};
+
+std::string describe(const Meta& m) {
+  std::string dims;
+  for (int64_t d = 0; d < m[kDims]; ++d) dims += (d ? ", " : "") + std::to_string(m[kSizes + size_t(d)]);
+  return "[" + dims + "] with " + std::to_string(m[kSparseDims]) + " sparse dims";
+}
+
+// Everything the op's steps and its publication share. No torch objects:
+// the schedule holding it may be released after torch at exit.
+struct SparseExchange {
+  explicit SparseExchange(BlockLayout mine) : layout(std::move(mine)) {}
+  BlockLayout layout;  // of this rank's block
+  int rank = 0;
+  std::vector<Meta> metas;                         // every rank's; this rank's is sent
+  std::vector<std::unique_ptr<std::byte[]>> from;  // the peers' blocks, once sized
+  std::vector<LateExtent> extents;                 // the peers' receives; at `rank`, this rank's send
+  std::string prefix;                              // of the op's messages
+  std::string mismatch;                            // set when the ranks passed different shapes
+
+  // Runs once every rank's meta has arrived: sizes the data transfers, or,
+  // when the ranks disagree, makes them empty on every rank alike (each sees
+  // the same metas) and leaves the error to the publication, so the group
+  // stays in step and usable, as after a call refused at once.
+  void size() {
+    const Meta& mine = metas[size_t(rank)];
+    for (size_t r = 0; r < metas.size() && mismatch.empty(); ++r) {
+      if (!std::equal(metas[r].begin() + kSparseDims, metas[r].end(), mine.begin() + kSparseDims)) {
+        mismatch = "rank " + std::to_string(r) + " passed a sparse tensor of shape " + describe(metas[r]) +
+                   ", this rank one of shape " + describe(mine) + "; all ranks must pass one shape";
+      }
+    }
+    if (!mismatch.empty()) {
+      for (auto& e : extents) e.bytes = 0;
+      return;
+    }
+    for (size_t r = 0; r < metas.size(); ++r) {
+      if (int(r) == rank) continue;
+      extents[r].bytes = size_t(layout.withRows(metas[r][kNnz]).bytes);
+      from[r] = std::make_unique_for_overwrite<std::byte[]>(extents[r].bytes ? extents[r].bytes : 1);
+      extents[r].data = from[r].get();
+    }
   }
 };
 
 }  // namespace
-
-at::Tensor ProcessGroupRingx::gatherAll(const char* op, const at::Tensor& src, std::chrono::milliseconds timeout) {
-  Call call = begin(op, c10d::OpType::ALLGATHER, timeout, false);
-  call.title.clear();
-  at::Tensor in = asParts(src).contiguous().reshape({-1});
-  at::Tensor out = at::empty({int64_t(size_) * in.numel()}, in.options());
-  CollArgs a = argsFor(call, Collective::AllGather);
-  a.dtype = toDType(call.ctx, in.scalar_type());
-  a.buf = out.data_ptr();
-  a.input = in.data_ptr();
-  a.count = size_t(in.numel());
-  submit(call, a, {in, out}, {out}, nullptr)->wait();
-  return out;
-}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts) {
   Call call = begin("all_reduce", c10d::OpType::ALLREDUCE, opts.timeout, opts.asyncOp);
@@ -67,59 +115,91 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   }
   if (held_) throwValueError(call.ctx, "a sparse all_reduce cannot be coalesced; call it after the block ends");
   if (!t.device().is_cpu()) throwTypeError(call.ctx, "sparse tensors on " + t.device().str() + " are not supported");
-  const at::Tensor in = t.coalesce();
-  const at::Tensor indices = in.indices(), values = in.values();
-  const int64_t nnz = in._nnz(), sparseDim = in.sparse_dim();
-
-  // Every rank's nonzero count, then its shape: ranks must agree on the shape.
-  std::vector<int64_t> meta{nnz, sparseDim, in.dense_dim()};
-  for (int64_t s : in.sizes()) meta.push_back(s);
-  at::Tensor metas = gatherAll("all_reduce", at::tensor(meta, at::kLong), opts.timeout).view({size_, -1});
-  auto shapeOf = [&](int r) {
-    std::string dims;
-    for (int64_t d = 3; d < metas.size(1); ++d) dims += (d > 3 ? ", " : "") + std::to_string(metas[r][d].item<int64_t>());
-    return "[" + dims + "] with " + std::to_string(metas[r][1].item<int64_t>()) + " sparse dims";
-  };
-  std::vector<int64_t> counts(size_);
-  for (int r = 0; r < size_; ++r) {
-    if (!metas[r].slice(0, 1).equal(metas[rank_].slice(0, 1))) {
-      throwValueError(call.ctx, "rank " + std::to_string(r) + " passed a sparse tensor of shape " + shapeOf(r) +
-                                    ", this rank one of shape " + shapeOf(rank_) + "; all ranks must pass one shape");
+  checkOnThisRankOnly(call, Collective::AllGather, 0, [&] {
+    if (t.dim() > kMaxDims) {
+      throwValueError(call.ctx, "sparse tensors of more than " + std::to_string(kMaxDims) + " dimensions are not "
+                                "supported; this one has " + std::to_string(t.dim()));
     }
-    counts[size_t(r)] = metas[r][0].item<int64_t>();
-  }
-  const SparseLayout layout(sparseDim, *std::max_element(counts.begin(), counts.end()), values);
+  });
+  const at::Tensor in = t.coalesce();
+  const at::Tensor values = in.values();
+  const int64_t nnz = in._nnz(), sparseDims = in.sparse_dim();
+  const DType valueType = toDType(call.ctx, values.scalar_type());
+  auto x = std::make_shared<SparseExchange>(BlockLayout(sparseDims, values));
+  const BlockLayout& layout = x->layout;
+  x->rank = rank_;
+  x->metas.assign(size_t(size_), Meta{});
+  x->from.resize(size_t(size_));
+  x->extents.resize(size_t(size_));
+  Meta& meta = x->metas[size_t(rank_)];
+  meta[kNnz] = nnz;
+  meta[kSparseDims] = sparseDims;
+  meta[kDenseDims] = in.dense_dim();
+  meta[kDims] = in.dim();
+  for (int64_t d = 0; d < in.dim(); ++d) meta[kSizes + size_t(d)] = in.size(d);
 
-  // The padding is never read.
-  at::Tensor mine = at::empty({layout.block}, at::kByte);
-  layout.indices(mine).narrow(1, 0, nnz).copy_(indices);
-  layout.values(mine).narrow(0, 0, nnz).copy_(values);
-  at::Tensor all = at::empty({int64_t(size_) * layout.block}, at::kByte);
+  // The padding between indices and values is never read.
+  at::Tensor mine = at::empty({layout.bytes}, at::kByte);
+  auto* block = static_cast<std::byte*>(mine.data_ptr());
+  layout.indices(block).copy_(in.indices());
+  layout.values(block).copy_(values);
+  x->extents[size_t(rank_)] = {block, size_t(layout.bytes)};
 
-  // Runs where the gather ends, on the progress thread or a waiting caller.
-  // The sum becomes the caller's tensor, so it is made outside inference
-  // mode (later in-place updates, DDP's division among them, must be able
-  // to touch it) and without autograd recording the overwrite.
-  auto publish = [t, all, counts, layout, sizes = in.sizes().vec(), options = in.options()]() mutable {
+  auto build = [&](uint64_t seq) {
+    x->prefix = call.ctx.prefix();
+    Schedule s(DType::U8, ReduceOp::Sum);
+    s.setAlgorithm("sparse");
+    std::vector<StepId> told;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      s.send(p, collTag(seq, 0), &meta, sizeof(Meta));
+      told.push_back(s.recv(p, collTag(seq, 0), &x->metas[size_t(p)], sizeof(Meta)));
+    }
+    // A rank in another collective then fails at once instead of reading
+    // its messages as counts (on the network; a shared-memory peer, which
+    // sends no messages, times out).
+    CollArgs a = argsFor(call, Collective::AllReduce);
+    a.seq = seq;
+    a.dtype = valueType;
+    CollIdentity id = identityOf(a);
+    id.flags |= kSparse;
+    addIdentityChecks(s, a, id);
+    const StepId sized = s.poll(
+        [x] {
+          x->size();
+          return true;
+        },
+        nullptr, {s.join(told)});
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      s.sendLate(p, collTag(seq, 1), &x->extents[size_t(rank_)], {sized});
+      s.recvLate(p, collTag(seq, 1), &x->extents[size_t(p)], {sized});
+    }
+    return s;
+  };
+
+  // Runs where the op ends, on the progress thread or a waiting caller. The
+  // sum becomes the caller's tensor, so it is made outside inference mode
+  // (later in-place updates, DDP's division among them, must be able to
+  // touch it) and without autograd recording the overwrite.
+  auto publish = [t, x, mine, sizes = in.sizes().vec(), options = in.options()]() mutable {
+    if (!x->mismatch.empty()) throw Error(ErrorKind::InvalidArgument, x->prefix + x->mismatch);
     c10::InferenceMode normalTensors(false);
     at::NoGradGuard noGrad;
     std::vector<at::Tensor> idxs, vals;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      const at::Tensor rankBytes = all.narrow(0, int64_t(r) * layout.block, layout.block);
-      idxs.push_back(layout.indices(rankBytes).narrow(1, 0, counts[r]));
-      vals.push_back(layout.values(rankBytes).narrow(0, 0, counts[r]));
+    for (size_t r = 0; r < x->metas.size(); ++r) {
+      const bool own = int(r) == x->rank;
+      const BlockLayout rankLayout = x->layout.withRows(x->metas[r][kNnz]);
+      std::byte* data = own ? static_cast<std::byte*>(mine.data_ptr()) : x->from[r].get();
+      idxs.push_back(rankLayout.indices(data));
+      vals.push_back(rankLayout.values(data));
     }
     t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), sizes, options).coalesce());
   };
 
   call.title = "sparse_all_reduce";
   call.recorded = {t};
-  CollArgs a = argsFor(call, Collective::AllGather);
-  a.dtype = toDType(call.ctx, at::kByte);
-  a.buf = all.data_ptr();
-  a.input = mine.data_ptr();
-  a.count = size_t(layout.block);
-  return submit(call, a, {mine, all}, {t}, std::move(publish));
+  return submitBuilt(call, build, {mine}, {t}, std::move(publish));
 }
 
 }  // namespace ringx

@@ -286,11 +286,8 @@ class ProcessGroupRingx : public c10d::Backend {
   // down or poisoned) is already in the held Works, and gives no Work.
   c10::intrusive_ptr<WorkRingx> submitHeldQuietly(std::vector<Held> held);
   // all_reduce(SUM) of a sparse COO tensor: the ranks' indices and values
-  // gathered and coalesced, as gloo does.
+  // gathered and coalesced, as gloo does, all of it in the background.
   c10::intrusive_ptr<c10d::Work> allreduceSparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
-  // Every rank's copy of `src` (flat, rank by rank), on the calling thread,
-  // numbered as a collective of `op` and not recorded for the profiler.
-  at::Tensor gatherAll(const char* op, const at::Tensor& src, std::chrono::milliseconds timeout);
   CollArgs allToAllArgs(const Call& call, const at::Tensor& src, const at::Tensor& dst,
                         const std::vector<int64_t>& outputSplitSizes,
                         const std::vector<int64_t>& inputSplitSizes) const;

@@ -151,6 +151,10 @@ void WorkRingx::markDone(const Error* error) {
       // collective to be overwritten, as gloo's and NCCL's copies do.
       c10::InferenceMode guard;
       publish();
+    } catch (const Error& e) {
+      // A publication that finds the ranks' arguments disagree (a sparse
+      // all_reduce's shapes) says so in full.
+      ex = toTorchException(e);
     } catch (const std::exception& e) {
       ex = toTorchException(Error(ErrorKind::Internal, std::string("ringx: ") + opName + ": " + e.what()));
     }

@@ -271,6 +271,52 @@ TEST_CASE("ranks passing different element counts get a size error, not an overr
   });
 }
 
+// Each rank first tells every other how many elements it will send, then
+// sends them; the receives learn their length from the first messages.
+TEST_CASE("a transfer sized by an earlier step of its op moves the length set before it is posted") {
+  const int size = GENERATE(1, 2, 4);
+  CAPTURE(size);
+  auto comms = makeWorld(size, 5s);
+  onEachRank(size, [&](int r) {
+    auto countOf = [](int q) { return size_t(q * 5000 + 3); };
+    std::vector<int32_t> mine(countOf(r));
+    std::iota(mine.begin(), mine.end(), r * 100000);
+    const size_t n = static_cast<size_t>(size);
+    std::vector<uint64_t> counts(n, 0);
+    counts[size_t(r)] = mine.size();
+    std::vector<std::vector<int32_t>> got(n);
+    std::vector<LateExtent> extents(n);
+    Schedule s(DType::I32, ReduceOp::Sum);
+    std::vector<StepId> told;
+    for (int p = 0; p < size; ++p) {
+      if (p == r) continue;
+      s.send(p, collTag(9, 0), &counts[size_t(r)], sizeof(uint64_t));
+      told.push_back(s.recv(p, collTag(9, 0), &counts[size_t(p)], sizeof(uint64_t)));
+    }
+    const StepId sized = s.poll(
+        [&] {
+          for (int p = 0; p < size; ++p) {
+            if (p == r) continue;
+            got[size_t(p)].resize(counts[size_t(p)]);
+            extents[size_t(p)] = {got[size_t(p)].data(), got[size_t(p)].size() * sizeof(int32_t)};
+          }
+          return true;
+        },
+        nullptr, {s.join(told)});
+    for (int p = 0; p < size; ++p) {
+      if (p == r) continue;
+      s.send(p, collTag(9, 1), mine.data(), mine.size() * sizeof(int32_t));
+      s.recvLate(p, collTag(9, 1), &extents[size_t(p)], {sized});
+    }
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "sized_late", 9, std::move(s)));
+    for (int p = 0; p < size; ++p) {
+      if (p == r) continue;
+      RANK_REQUIRE(got[size_t(p)].size() == countOf(p));
+      RANK_REQUIRE_EACH(i, countOf(p), got[size_t(p)][i] == int32_t(p * 100000 + i));
+    }
+  });
+}
+
 TEST_CASE("RINGX_ALGO overrides the cost model and rejects unknown names") {
   CollArgs a{Collective::AllReduce, 0, 4, 0};
   a.count = 1 << 24;

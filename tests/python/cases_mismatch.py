@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import random
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,19 @@ def allreduce_vs_allgather(timeout_s=10.0):
     res = _outcome(call)
     dist.destroy_process_group(g)
     return res
+
+
+def sparse_vs_dense_allreduce(timeout_s):
+    """Rank 0 all_reduces a sparse tensor while rank 1 all_reduces a dense one.
+    Returns (outcome, seconds it took)."""
+    g = _fresh_group(timeout_s)
+    r = dist.get_rank()
+    x = torch.arange(16, dtype=torch.float32).to_sparse() if r == 0 else torch.arange(16, dtype=torch.float32)
+    t0 = time.monotonic()
+    res = _outcome(lambda: dist.all_reduce(x, group=g))
+    took = time.monotonic() - t0
+    dist.destroy_process_group(g)
+    return res, took
 
 
 def premul_sum(count, tensor_factor):

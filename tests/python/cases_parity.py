@@ -213,6 +213,33 @@ def sparse_all_reduce_async(seed, cases, big_rows, tries):
     return out
 
 
+def sparse_all_reduce_before_peers(seed, cases, late_s):
+    """Rank 0 starts each sparse all_reduce of `cases` (async_op=True) while the other
+    ranks first sleep `late_s`, then send it a tensor, and only then call theirs; rank 0
+    receives from each of them before it waits. A call that waited for every rank would
+    hold rank 0 until the timeout. Returns {"returned_after": seconds rank 0's calls took,
+    "sparse": [dense results], "received": [what rank 0 received]}."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    out = {"returned_after": [], "sparse": [], "received": []}
+    for i, (shape, sparse_dim, dtype) in enumerate(cases):
+        x = _sparse_input((seed, i), rank, shape, sparse_dim, _dtype(dtype))
+        if rank == 0:
+            t0 = time.monotonic()
+            work = dist.all_reduce(x, async_op=True)
+            out["returned_after"].append(time.monotonic() - t0)
+            for src in range(1, ws):
+                got = torch.zeros(2)
+                dist.recv(got, src=src)
+                out["received"].append(got.tolist())
+        else:
+            time.sleep(late_s)
+            dist.send(torch.full((2,), float(rank)), dst=0)
+            work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        out["sparse"].append(x.to_dense())
+    return out
+
+
 def sparse_reference(seed, ws, cases):
     """The dense sums the parent expects."""
     return [sum(_sparse_input((seed, i), r, shape, sparse_dim, _dtype(dtype)).to_dense()

@@ -16,12 +16,8 @@ on the same group. Each survivor writes, per trial, what the collective (its cal
 its wait) and the barrier raised and how long they took. A survivor that crashes leaves
 its report short.
 
-A sparse all_reduce (op sparse_all_reduce) exchanges its nonzero counts on the calling
-thread before it returns its Work, so its call blocks until every rank has called, and
-raises when a peer is already dead; only its data phase runs in the background. So
-"during" is handed off the other way round for it: the survivors say they are about to
-call, then call; the victim calls (it returns once the counts are exchanged, its data
-phase in flight at 4 MiB), then it is killed; "before": the survivors' call raises.
+A sparse all_reduce (op sparse_all_reduce) is one op like the others: its call returns
+at once, and its nonzero counts, then its indices and values, move in the background.
 
 Configurations (RINGX_FM_CONFIGS, comma separated):
   remote2      world 2: s0 (host 0) and the victim (host 1): UCX over TCP only
@@ -53,13 +49,11 @@ CONFIGS = {
     "mixed4": (["s0", "s1", "s2", "victim"], "1"),
     "mixed4-noshm": (["s0", "s1", "s2", "victim"], "0"),
 }
-# The default op list. test_multihost.py reads it, and BLOCKING_CALL, from this file's source
-# (this script runs at import): keep both literals.
+# The default op list. test_multihost.py reads it from this file's source (this script runs
+# at import): keep it a literal.
 OPS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
        "barrier", "send_recv", "sparse_all_reduce"]
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
-# Ops whose call itself needs every rank (see the docstring): the survivors post before calling.
-BLOCKING_CALL = {"sparse_all_reduce"}
 SPARSE_ROW = 64  # floats per nonzero row of a sparse all_reduce
 
 
@@ -198,8 +192,6 @@ def run_victim(store, t, i, rank, n):
         if t["op"] == "send_recv":
             send_recv(pg, rank, rank, count)
         else:
-            # A sparse all_reduce's call returns once the counts are exchanged with the
-            # survivors, which posted before calling theirs.
             issue(pg, t["op"], rank, root, inp, out)
         prefix.set("victim-submitted", "1")
     time.sleep(3600)
@@ -273,19 +265,16 @@ def survivor(store, plan):
                 prefix.set("posted", "1")
 
         def call():
-            """Submits and waits: the submit is part of the outcome, since a sparse
-            all_reduce's call raises when the victim is already dead."""
+            """Submits and waits: the submit is part of the outcome (no call may raise
+            there because of the victim; every failure comes from a wait)."""
             nonlocal got, want, phase
-            if t["op"] in BLOCKING_CALL:
-                post()  # the victim may call once every survivor is about to
             try:
                 if t["op"] == "send_recv":
                     works, got, want = send_recv(pg, rank, victim, count)
                 else:
                     works = issue(pg, t["op"], rank, root, inp, got)
             finally:
-                if t["op"] not in BLOCKING_CALL:
-                    post()  # even if the submit raised, or the victim waits forever
+                post()  # even if the submit raised, or the victim waits forever
             phase = "wait"
             for w in works:
                 w.wait()

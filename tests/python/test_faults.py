@@ -165,13 +165,11 @@ DEAD_PEER_CASES = [
     # Binomial tree from root 0 over 3 ranks (forced in CASE_ENV).
     ("sigkill", "pending", "broadcast", 1 << 20, 3, 1, (0,), (2,)),
     ("sigkill", "pending", "send_recv", 1 << 20, 3, 1, (0, 2), ()),  # 0 sends to it, 2 receives from it
-    # Dies once its sparse all_reduce's counts are exchanged, during the data phase
-    # (16 MiB of values per rank), which every survivor shares with it: survivors
-    # reading its memory (single copy), and, with RINGX_CMA=0 (CASE_ENV), waiting for
-    # its slots.
+    # Dies as soon as its sparse all_reduce's call returns (16 MiB of values per rank),
+    # its counts or its data in flight to every survivor.
     ("sigkill", "pending", "sparse_all_reduce", 1 << 16, 3, 2, (), ()),
     ("exit", "pending", "sparse_all_reduce", 1 << 16, 2, 1, (), ()),
-    # Dies first: the survivors' counts exchange, on the calling thread, loses it.
+    # Dies first: the survivors' calls return, and their waits lose it.
     ("sigkill", "idle", "sparse_all_reduce", 1 << 16, 3, 1, (), ()),
 ]
 # Settings for the cases of one (mode, op).
@@ -180,7 +178,6 @@ CASE_ENV = {
     # which a buffer of two slots or less is: with the binomial tree the root sends to
     # ranks 1 and 2 itself.
     ("sigkill", "broadcast"): {"RINGX_ALGO": "broadcast:binomial"},
-    ("exit", "sparse_all_reduce"): {"RINGX_CMA": "0"},
 }
 
 

@@ -40,6 +40,21 @@ def test_allreduce_against_allgather_fails_on_both_ranks(path_worlds):
         assert "all_reduce" in out[2] and "all_gather" in out[2] and f"(rank {r}," in out[2], out[2]
 
 
+def test_sparse_against_dense_allreduce_fails_on_both_ranks(path_worlds):
+    """On the network each rank names the other's call and the layout at once; a dense
+    shared-memory all_reduce reads no messages, so there both ranks time out."""
+    path, get = path_worlds
+    timeout_s = 2.0
+    res = get(2).run(cases_mismatch.sparse_vs_dense_allreduce, timeout_s=timeout_s)
+    for r, (out, took) in enumerate(res):
+        assert out[0] == "error", f"rank {r} returned {out[1]} instead of failing"
+        assert f"(rank {r}," in out[2], out[2]
+        if path == "net":
+            assert "sparse" in out[2] and "layout" in out[2] and took < timeout_s / 2, (took, out[2])
+        else:
+            assert "Timed out" in out[2] and took < 2 * timeout_s, (took, out[2])
+
+
 @pytest.mark.parametrize("tensor_factor", [False, True], ids=["scalar", "tensor"])
 @pytest.mark.parametrize("ws,count", [(2, 4), (3, 7), (2, 300000)])
 def test_premul_sum_scales_each_rank_by_its_own_factor(path_worlds, ws, count, tensor_factor):

@@ -206,6 +206,31 @@ def test_sparse_all_reduce_runs_in_the_background_in_call_order(worlds, ws):
     assert not failures, refs.report(failures)
 
 
+@pytest.mark.parametrize("ws", (2, 3), ids=_ids)
+def test_sparse_all_reduce_call_returns_before_the_other_ranks_call(worlds, ws):
+    """As gloo's, the call returns at once: the nonzero counts move in the background
+    with the rest. Rank 0 starts it, then receives from ranks that call only after
+    sending to it, and waits; every result is the sum."""
+    late_s = 1.0
+    results = worlds.run(ws, cases.sparse_all_reduce_before_peers, seed=SEED, cases=SPARSE_CASES[:2],
+                         late_s=late_s, timeout=60)
+    want = cases.sparse_reference(SEED, ws, SPARSE_CASES[:2])
+    failures = []
+    for r, res in enumerate(results):
+        for i, dense in enumerate(res["sparse"]):
+            msg = refs.compare(dense, want[i], None, f"rank {r}: case {SPARSE_CASES[i]}", SPARSE_CASES[i][2])
+            if msg:
+                failures.append(msg)
+    slow = [t for t in results[0]["returned_after"] if t >= late_s / 2]
+    if slow:
+        failures.append(f"rank 0: its calls returned after {results[0]['returned_after']} s: they waited "
+                        "for the ranks that called later")
+    want_received = [[float(src)] * 2 for _ in SPARSE_CASES[:2] for src in range(1, ws)]
+    if results[0]["received"] != want_received:
+        failures.append(f"rank 0 received {results[0]['received']}, expected {want_received}")
+    assert not failures, refs.report(failures)
+
+
 # ---------------------------------------------------------------- coalescing with a device
 
 COUNTS = (13, 0, 1, 300, 7)

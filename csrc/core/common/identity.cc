@@ -4,6 +4,7 @@ namespace ringx {
 
 std::string describe(const CollIdentity& id) {
   std::string s = std::string(collectiveName(Collective(id.kind))) + " (";
+  if (id.flags & kSparse) s += "sparse, ";
   if (id.flags & kReduction) s += std::string(reduceOpName(ReduceOp(id.op))) + ", ";
   if (id.root >= 0) s += "root " + std::to_string(id.root) + ", ";
   if (Collective(id.kind) != Collective::Barrier) s += std::string(dtypeName(DType(id.dtype))) + ", ";
@@ -28,10 +29,14 @@ std::string mismatch(const CollIdentity& mine, const CollIdentity& theirs, int t
   differs(mine.kind != theirs.kind, "the collective");
   differs(mine.seq != theirs.seq, "the sequence number (how many collectives each rank has called)");
   differs(mine.root != theirs.root, "the root");
-  differs(mine.op != theirs.op || mine.flags != theirs.flags, "the reduce op");
+  // A sparse call has no element count or algorithm to compare with a dense one.
+  const bool layoutDiffers = (mine.flags & kSparse) != (theirs.flags & kSparse);
+  differs(layoutDiffers, "the layout (one rank's tensor is sparse)");
+  differs(mine.op != theirs.op || (mine.flags & ~kSparse) != (theirs.flags & ~kSparse), "the reduce op");
   differs(mine.dtype != theirs.dtype, "the dtype");
-  differs(mine.count != theirs.count, "the element count (the ranks passed tensors of different sizes)");
-  differs(mine.algorithm != theirs.algorithm || mine.segmentBytes != theirs.segmentBytes,
+  differs(!layoutDiffers && mine.count != theirs.count,
+          "the element count (the ranks passed tensors of different sizes)");
+  differs(!layoutDiffers && (mine.algorithm != theirs.algorithm || mine.segmentBytes != theirs.segmentBytes),
           "the algorithm or its segment size (set RINGX_ALGO and RINGX_CHUNK_BYTES alike on every rank)");
   return "rank " + std::to_string(theirRank) + " called " + describe(theirs) + " where this rank called " +
          describe(mine) + "; they differ in " + what +

@@ -44,6 +44,9 @@ constexpr std::string_view collectiveName(Collective c) {
 
 // CollIdentity::flags.
 inline constexpr uint8_t kReduction = 1;  // `op` is meaningful
+// A sparse all_reduce: its ranks' element counts differ, and it meets a
+// dense all_reduce only by mistake.
+inline constexpr uint8_t kSparse = 16;
 // Sent instead of the call by a rank that rejected its own arguments where
 // the others could not see the problem (a root's list): they fail at once.
 inline constexpr uint8_t kRejected = 2;
@@ -65,7 +68,7 @@ struct CollIdentity {
   uint8_t kind = 0;    // Collective
   uint8_t dtype = 0;   // DType
   uint8_t op = 0;      // ReduceOp for reductions, 0 otherwise
-  uint8_t flags = 0;   // kReduction, kRejected
+  uint8_t flags = 0;   // kReduction, kRejected, kSparse
   // The schedule's shape, which the ranks derive from their own settings
   // (RINGX_ALGO, RINGX_CHUNK_BYTES): 1 + the algorithm's row in the registry
   // and the pipelining segment, where the identity travels with messages.

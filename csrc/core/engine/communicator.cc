@@ -405,8 +405,9 @@ void Communicator::post(Active& a, StepId id) {
   // Runs inside transport_->progress(): it may only record (see the header).
   auto done = [this, ap, id](const TransferResult& r) { onTransfer(*ap, id, r); };
   const MemoryKind mem = s.device ? a.op->schedule.device().device->memoryKind() : MemoryKind::Host;
-  TransferId tid = s.kind == StepKind::Send ? transport_->isend(s.peer, s.tag, s.src, s.bytes, mem, std::move(done))
-                                            : transport_->irecv(s.peer, s.tag, s.dst, s.bytes, mem, std::move(done));
+  TransferId tid = s.kind == StepKind::Send
+                       ? transport_->isend(s.peer, s.tag, s.sendData(), s.transferBytes(), mem, std::move(done))
+                       : transport_->irecv(s.peer, s.tag, s.recvData(), s.transferBytes(), mem, std::move(done));
   // Callbacks run only from progress(), so the entry is here before its
   // callback looks it up.
   a.inflight.emplace(id, tid);
@@ -432,10 +433,10 @@ void Communicator::onTransfer(Active& a, StepId id, const TransferResult& r) {
       awaited.insert(std::lower_bound(awaited.begin(), awaited.end(), st.peer), st.peer);
     }
     fail(a, r.errorKind, r.error, std::move(awaited));
-  } else if (st.kind == StepKind::Recv && r.bytes != st.bytes) {
+  } else if (st.kind == StepKind::Recv && r.bytes != st.transferBytes()) {
     fail(a, ErrorKind::InvalidArgument,
          "rank " + std::to_string(r.source) + " sent " + std::to_string(r.bytes) + " bytes where " +
-             std::to_string(st.bytes) + " were expected: the ranks passed tensors of different sizes");
+             std::to_string(st.transferBytes()) + " were expected: the ranks passed tensors of different sizes");
   } else {
     if (st.kind == StepKind::Recv) a.op->recvSource = r.source;
     stepDone(a, id);

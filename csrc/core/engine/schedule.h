@@ -37,6 +37,16 @@ enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale, Poll };
 inline thread_local bool pollProgressed = false;
 inline void notePollProgress() { pollProgressed = true; }
 
+// The buffer and length of a Send or Recv that are known only once earlier
+// steps of its op have run (a sparse all_reduce's receives, sized by the
+// nonzero counts its first messages carry): a step of the op that the
+// transfer depends on fills it in, and the engine reads it when it posts
+// the transfer.
+struct LateExtent {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 struct Step {
   StepKind kind;
   int peer = -1;              // Send/Recv; Poll: index of its predicate
@@ -45,6 +55,11 @@ struct Step {
   const void* src = nullptr;  // Send source; Reduce/Copy source
   size_t bytes = 0;           // Send/Recv/Copy length; Reduce/Scale: bytes of dst
   bool device = false;        // its buffers are device memory (the schedule's DeviceQueue)
+  const LateExtent* late = nullptr;  // Send/Recv: set, the transfer's buffer and length
+
+  const void* sendData() const { return late ? late->data : src; }
+  void* recvData() const { return late ? late->data : dst; }
+  size_t transferBytes() const { return late ? late->bytes : bytes; }
 };
 
 // A schedule on device buffers (`device` set) marks its steps: the engine
@@ -88,6 +103,14 @@ class Schedule {
   }
   StepId recv(int peer, uint64_t tag, void* dst, size_t bytes, std::initializer_list<StepId> deps = {}) {
     return add({StepKind::Recv, peer, tag, dst, nullptr, bytes}, deps);
+  }
+  // Transfers whose buffer and length are read from `extent` when they are
+  // posted; `extent` must outlive the op (its schedule's polls may own it).
+  StepId sendLate(int peer, uint64_t tag, const LateExtent* extent, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Send, peer, tag, nullptr, nullptr, 0, false, extent}, deps);
+  }
+  StepId recvLate(int peer, uint64_t tag, const LateExtent* extent, std::initializer_list<StepId> deps = {}) {
+    return add({StepKind::Recv, peer, tag, nullptr, nullptr, 0, false, extent}, deps);
   }
   StepId reduce(void* dst, const void* src, size_t bytes, std::initializer_list<StepId> deps = {}) {
     return add({StepKind::Reduce, -1, 0, dst, src, bytes}, deps);

@@ -11,10 +11,9 @@ WHEN   pending: the survivors' operation is already pending when the victim dies
        then issue the operation.
 OP     all_reduce | broadcast (root 0) | send_recv (rank 0 sends to the victim; any
        other survivor waits on a recv from the victim) | sparse_all_reduce (async_op=
-       True; its nonzero counts are exchanged before the call returns, its data in the
-       background. pending: the victim too starts it and dies as soon as its call
-       returns, so the survivors' data phase loses it; idle: the victim dies first, so
-       the survivors' counts exchange, on the calling thread, loses it).
+       True; one op in the background: its nonzero counts, then its indices and values.
+       pending: the victim too starts it and dies as soon as its call returns, its
+       messages in flight; idle: the victim dies first).
 COUNT  float32 elements in the operation (sparse_all_reduce: nonzero rows of 64 floats
        on each rank).
 
@@ -99,8 +98,8 @@ def body():
         start = lambda: sparse_all_reduce(torch, dist, r, n)  # noqa: E731
     else:
         raise SystemExit(f"unknown op {OP}")
-    # The call is attempted with its wait: a sparse all_reduce exchanges its counts on
-    # the calling thread, so after the death the call itself raises.
+    # The call is attempted with its wait: no call should raise, but if one did, the
+    # survivor would still report it.
     common.attempt("pending", lambda: start().wait())
     # Stay alive until every survivor has its own result: a survivor that exits early
     # would make the ones waiting on it fail with "connection to rank <survivor>
