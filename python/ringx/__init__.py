@@ -11,6 +11,7 @@ autoload, it then warns once and lets ``import torch`` succeed; imported
 explicitly, it raises an ImportError that names both torch versions and the fix.
 """
 
+import datetime as _datetime
 import sys as _sys
 import warnings as _warnings
 
@@ -150,6 +151,7 @@ try:
     _site_ucx = _load_ucx()
 
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as _c10d
 
     from . import _C
 
@@ -183,9 +185,10 @@ def _register():
 if _load_error is None:
     algorithms = _C.algorithms
     _register()
-    from . import _coalescing, _pg_timeout
+    from . import _coalescing, _monitored_barrier, _pg_timeout
 
     _coalescing.install()
+    _monitored_barrier.install()
     _pg_timeout.install()
 
 
@@ -193,13 +196,25 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     """``torch.distributed.monitored_barrier`` for ringx groups.
 
     torch's own function refuses every backend but gloo before it reaches the
-    backend; this one calls the group directly. Rank 0 waits for every other
-    rank; a rank that does not arrive within ``timeout`` is named in the
-    ``DistBackendError`` rank 0 raises (all missing ranks with
-    ``wait_all_ranks=True``). As with any ringx timeout, the group is unusable
-    afterwards.
+    backend; ``import ringx`` makes it call this one for ringx groups, which
+    calls the group directly. Rank 0 waits for every other rank; a rank that
+    does not arrive within ``timeout`` is named in the ``DistBackendError``
+    rank 0 raises (all missing ranks with ``wait_all_ranks=True``). As with any
+    ringx timeout, the group is unusable afterwards. Arguments as torch's: a
+    float timeout is read as seconds, with torch's warning.
     """
-    group = group or dist.group.WORLD
+    if _c10d._rank_not_in_group(group):
+        _c10d._warn_not_in_group("monitored_barrier")
+        return None
     if timeout is None:
         timeout = dist.default_pg_timeout
+    elif isinstance(timeout, float):
+        _warnings.warn(
+            "Please specify timeout arg as a timedelta. "
+            f"Converting current value of {timeout} assuming it represents seconds",
+            stacklevel=2,
+        )
+        timeout = _datetime.timedelta(seconds=timeout)
+    _c10d._check_valid_timeout(timeout)
+    group = _c10d._get_default_group() if group is None else group
     return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)

@@ -49,8 +49,7 @@ def _monitored_barrier(group, timeout_s, wait_all_ranks, via):
     timeout = datetime.timedelta(seconds=timeout_s)
     if via == "public":
         return dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-    # ProcessGroup.monitored_barrier: what dist.monitored_barrier calls after its check that
-    # the backend is gloo (torch 2.13 refuses every other backend in Python)
+    # ProcessGroup.monitored_barrier: what dist.monitored_barrier calls after its checks
     pg = group if group is not None else dist.group.WORLD
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 

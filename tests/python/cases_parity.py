@@ -66,11 +66,7 @@ def monitored_barrier_short_timeout(busy, busy_s, timeout_ms, wait_all_ranks, la
     try:
         if rank in busy and not late_call:
             raise _Skipped()
-        if harness.BACKEND == "ringx":
-            import ringx
-            ringx.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-        else:
-            dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+        dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
         out["outcome"] = "returned"
     except _Skipped:
         out["outcome"] = "skipped"

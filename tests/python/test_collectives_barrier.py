@@ -11,7 +11,6 @@ import harness
 import refs
 
 MB_TIMEOUT_S = 2.0
-GLOO_ONLY_GATE = "only implemented for GLOO"
 
 
 @pytest.mark.parametrize("ws", (1, 2, 3, 4, 8), ids=lambda w: f"ws{w}")
@@ -55,15 +54,10 @@ def test_monitored_barrier_all_arrive(worlds, ws):
 
 @pytest.mark.parametrize("ws", (2, 3), ids=lambda w: f"ws{w}")
 def test_monitored_barrier_public_api(worlds, ws):
-    """dist.monitored_barrier itself.  torch 2.13 refuses any backend but gloo in Python
-    (`ValueError: monitored_barrier is only implemented for GLOO backend.`) before the
-    backend is reached, so this is an expected failure for ringx until ringx works around
-    that check; the ProcessGroup path above is what ringx implements."""
+    """dist.monitored_barrier itself. torch 2.13 refuses any backend but gloo in Python
+    before the backend is reached; `import ringx` sends ringx groups to ringx's."""
     results = worlds.run(ws, cases.monitored_barrier_all_arrive, timeout_s=10, via="public",
                          wait_all_ranks=True)
-    errs = [r.get(refs.ERROR_KEY) for r in results if isinstance(r, dict)]
-    if errs and all(e and GLOO_ONLY_GATE in e[2] for e in errs):
-        pytest.xfail(f"torch's Python check refuses {harness.BACKEND}: {errs[0][2]}")
     failures = refs.errors_of(results, f"dist.monitored_barrier world {ws}")
     assert not failures, refs.report(failures)
 
@@ -77,14 +71,15 @@ def _names_rank(text, k):
     return re.search(pattern, text) is not None
 
 
+@pytest.mark.parametrize("via", ("pg", "public"))
 @pytest.mark.parametrize("ws,missing,wait_all", [
     pytest.param(2, (1,), False, id="ws2-skip1"),
     pytest.param(3, (2,), False, id="ws3-skip2"),
     pytest.param(4, (1, 3), True, id="ws4-skip1,3-wait_all_ranks"),
 ])
-def test_monitored_barrier_reports_missing_rank(worlds, ws, missing, wait_all):
+def test_monitored_barrier_reports_missing_rank(worlds, ws, missing, wait_all, via):
     results = worlds.run(ws, cases.monitored_barrier_missing, missing=list(missing),
-                         timeout_s=MB_TIMEOUT_S, wait_all_ranks=wait_all, via="pg", timeout=40)
+                         timeout_s=MB_TIMEOUT_S, wait_all_ranks=wait_all, via=via, timeout=40)
     failures = []
     bound = MB_TIMEOUT_S + 10
     for r, res in enumerate(results):

@@ -1,0 +1,49 @@
+"""torch's ``monitored_barrier`` for ringx groups.
+
+torch 2.13's ``dist.monitored_barrier`` refuses every backend but gloo in Python
+("monitored_barrier is only implemented for GLOO backend.") before it reaches the
+backend, although ``ProcessGroup.monitored_barrier`` reaches any backend that implements
+it, ringx included. ``import ringx`` wraps the function so that a group whose CPU backend
+is ringx runs ringx's monitored barrier; every other group goes to torch's own function,
+as before.
+"""
+
+import functools
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as _c10d
+
+from . import _C
+
+
+def _is_ringx(group):
+    target = _c10d._get_default_group() if group is None else group
+    try:
+        backend = target._get_backend(torch.device("cpu"))
+    except Exception:  # noqa: BLE001 - no CPU backend: not ours
+        return False
+    return isinstance(backend, _C.ProcessGroupRingx)
+
+
+def _also_for_ringx(monitored_barrier):
+    @functools.wraps(monitored_barrier)
+    def wrapped(group=None, timeout=None, wait_all_ranks=False):
+        if not dist.is_initialized() or _c10d._rank_not_in_group(group) or not _is_ringx(group):
+            return monitored_barrier(group, timeout, wait_all_ranks)
+        from . import monitored_barrier as ringx_monitored_barrier
+
+        return ringx_monitored_barrier(group, timeout, wait_all_ranks)
+
+    wrapped._ringx_wrapped = True
+    return wrapped
+
+
+def install():
+    current = getattr(_c10d, "monitored_barrier", None)
+    if current is None or getattr(current, "_ringx_wrapped", False):
+        return
+    wrapped = _also_for_ringx(current)
+    _c10d.monitored_barrier = wrapped
+    if getattr(dist, "monitored_barrier", None) is current:
+        dist.monitored_barrier = wrapped
