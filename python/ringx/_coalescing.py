@@ -14,8 +14,9 @@ import sys
 import warnings
 
 import torch
-import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
+
+from . import _torch_patch
 
 
 def _is_ringx(group, device):
@@ -53,16 +54,10 @@ def _ending_on_exception(manager):
             raise
         block.__exit__(None, None, None)
 
-    _coalescing_manager._ringx_ends_on_exception = True
     return _coalescing_manager
 
 
 def install():
     """Wraps torch's manager where torch itself (batch_isend_irecv) and users
     (``dist._coalescing_manager``) find it."""
-    if getattr(_c10d._coalescing_manager, "_ringx_ends_on_exception", False):
-        return
-    wrapped = _ending_on_exception(_c10d._coalescing_manager)
-    _c10d._coalescing_manager = wrapped
-    if hasattr(dist, "_coalescing_manager"):
-        dist._coalescing_manager = wrapped
+    _torch_patch.wrap("_coalescing_manager", _ending_on_exception)

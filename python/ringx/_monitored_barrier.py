@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
-from . import _C
+from . import _C, _torch_patch
 
 
 def _is_ringx(group):
@@ -35,15 +35,8 @@ def _also_for_ringx(monitored_barrier):
 
         return ringx_monitored_barrier(group, timeout, wait_all_ranks)
 
-    wrapped._ringx_wrapped = True
     return wrapped
 
 
 def install():
-    current = getattr(_c10d, "monitored_barrier", None)
-    if current is None or getattr(current, "_ringx_wrapped", False):
-        return
-    wrapped = _also_for_ringx(current)
-    _c10d.monitored_barrier = wrapped
-    if getattr(dist, "monitored_barrier", None) is current:
-        dist.monitored_barrier = wrapped
+    _torch_patch.wrap("monitored_barrier", _also_for_ringx)

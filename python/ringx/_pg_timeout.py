@@ -8,10 +8,9 @@ timeout too, through that call; the group's other backends are left to torch's
 own function, as before.
 """
 
-import torch.distributed as dist
 import torch.distributed.distributed_c10d as _c10d
 
-from . import _C
+from . import _C, _torch_patch
 
 
 def _ringx_and_other_backends(group):
@@ -33,15 +32,8 @@ def _also_for_ringx(set_pg_timeout):
         for backend in ringx:
             backend.set_timeout(timeout)
 
-    _set_pg_timeout._ringx_wrapped = True
     return _set_pg_timeout
 
 
 def install():
-    current = getattr(_c10d, "_set_pg_timeout", None)
-    if current is None or getattr(current, "_ringx_wrapped", False):
-        return
-    wrapped = _also_for_ringx(current)
-    _c10d._set_pg_timeout = wrapped
-    if hasattr(dist, "_set_pg_timeout"):
-        dist._set_pg_timeout = wrapped
+    _torch_patch.wrap("_set_pg_timeout", _also_for_ringx)
