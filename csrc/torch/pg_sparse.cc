@@ -115,12 +115,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   }
   if (held_) throwValueError(call.ctx, "a sparse all_reduce cannot be coalesced; call it after the block ends");
   if (!t.device().is_cpu()) throwTypeError(call.ctx, "sparse tensors on " + t.device().str() + " are not supported");
-  checkOnThisRankOnly(call, Collective::AllGather, 0, [&] {
-    if (t.dim() > kMaxDims) {
-      throwValueError(call.ctx, "sparse tensors of more than " + std::to_string(kMaxDims) + " dimensions are not "
-                                "supported; this one has " + std::to_string(t.dim()));
-    }
-  });
+  if (t.dim() > kMaxDims) {
+    throwValueError(call.ctx, "sparse tensors of more than " + std::to_string(kMaxDims) +
+                                  " dimensions are not supported; this one has " + std::to_string(t.dim()));
+  }
   const at::Tensor in = t.coalesce();
   const at::Tensor values = in.values();
   const int64_t nnz = in._nnz(), sparseDims = in.sparse_dim();

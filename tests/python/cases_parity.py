@@ -145,7 +145,8 @@ def sparse_all_reduce(seed, cases):
     """all_reduce(SUM) of sparse tensors; `cases` = [(shape, sparse_dim, dtype name)].
     Returns {"sparse_all_reduce": [(is_sparse, dense result)], "max": error of a MAX,
     "bcast": error of a broadcast of a sparse tensor, "shapes": error of ranks passing
-    different shapes, "sanity": an all_reduce afterwards}."""
+    different shapes, "dims": what a 65-dimensional one gave, "sanity": an all_reduce
+    afterwards}."""
     rank = dist.get_rank()
 
     def run(_):
@@ -160,7 +161,8 @@ def sparse_all_reduce(seed, cases):
     out = refs.run_until_error(["sparse_all_reduce"], run)
     for key, fn in (("max", lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.MAX)),
                     ("bcast", lambda: dist.broadcast(torch.ones(4).to_sparse(), 0)),
-                    ("shapes", lambda: dist.all_reduce(torch.ones(4 + rank).to_sparse()))):
+                    ("shapes", lambda: dist.all_reduce(torch.ones(4 + rank).to_sparse())),
+                    ("dims", lambda: dist.all_reduce(torch.ones([1] * 65).to_sparse()))):
         try:
             fn()
             out[key] = "returned"

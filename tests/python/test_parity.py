@@ -171,6 +171,9 @@ def test_sparse_all_reduce_sum_matches_dense_reference(worlds, ws):
                        or not re.search(r"shape|dimensions", res["shapes"][1])):
             failures.append(f"rank {r}: ranks passing sparse tensors of different shapes should "
                             f"get an error that says so; got {res['shapes']!r}")
+        # ringx's own limit (gloo sums it); refused alike on every rank, before any message
+        if harness.BACKEND == "ringx" and (res["dims"] == "returned" or "dimensions" not in res["dims"][1]):
+            failures.append(f"rank {r}: a 65-dimensional sparse tensor should be refused; got {res['dims']!r}")
         if res["sanity"] != float(ws):
             failures.append(f"rank {r}: all_reduce afterwards gave {res['sanity']}")
     assert not failures, refs.report(failures)
