@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -64,7 +65,7 @@ struct BlockLayout {
 
 std::string describe(const Meta& m) {
   std::string dims;
-  for (int64_t d = 0; d < m[kDims]; ++d) dims += (d ? ", " : "") + std::to_string(m[kSizes + size_t(d)]);
+  for (int64_t d = 0; d < std::min(m[kDims], kMaxDims); ++d) dims += (d ? ", " : "") + std::to_string(m[kSizes + size_t(d)]);
   return "[" + dims + "] with " + std::to_string(m[kSparseDims]) + " sparse dims";
 }
 
