@@ -22,7 +22,7 @@ namespace {
 // What a rank tells the others first, padded to a fixed length.
 constexpr int64_t kMaxDims = 64;
 // The dtype of the values travels with the op's identity (addIdentityChecks).
-enum MetaWord : size_t { kNnz, kSparseDims, kDenseDims, kDims, kSizes };
+enum MetaWord : size_t { kNnz, kSparseDims, kDims, kSizes };
 using Meta = std::array<int64_t, kSizes + size_t(kMaxDims)>;
 
 int64_t roundUp64(int64_t n) { return (n + 63) / 64 * 64; }
@@ -65,7 +65,9 @@ struct BlockLayout {
 
 std::string describe(const Meta& m) {
   std::string dims;
-  for (int64_t d = 0; d < std::min(m[kDims], kMaxDims); ++d) dims += (d ? ", " : "") + std::to_string(m[kSizes + size_t(d)]);
+  for (int64_t d = 0; d < std::min(m[kDims], kMaxDims); ++d) {
+    dims += (d ? ", " : "") + std::to_string(m[kSizes + size_t(d)]);
+  }
   return "[" + dims + "] with " + std::to_string(m[kSparseDims]) + " sparse dims";
 }
 
@@ -133,7 +135,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
   Meta& meta = x->metas[size_t(rank_)];
   meta[kNnz] = nnz;
   meta[kSparseDims] = sparseDims;
-  meta[kDenseDims] = in.dense_dim();
   meta[kDims] = in.dim();
   for (int64_t d = 0; d < in.dim(); ++d) meta[kSizes + size_t(d)] = in.size(d);
 

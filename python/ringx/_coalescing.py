@@ -13,20 +13,7 @@ import functools
 import sys
 import warnings
 
-import torch
-from torch.distributed import distributed_c10d as _c10d
-
 from . import _torch_patch
-
-
-def _is_ringx(group, device):
-    try:
-        backend = group._get_backend(device if device is not None else torch.device("cpu"))
-    except Exception:  # noqa: BLE001 - no such backend: not ours
-        return False
-    from . import _C
-
-    return isinstance(backend, _C.ProcessGroupRingx)
 
 
 def _ending_on_exception(manager):
@@ -38,7 +25,7 @@ def _ending_on_exception(manager):
         try:
             yield cm
         except Exception as raised:
-            if not _is_ringx(group or _c10d._get_default_group(), device):
+            if not _torch_patch.is_ringx(group, device):
                 if not block.__exit__(*sys.exc_info()):
                     raise
                 return

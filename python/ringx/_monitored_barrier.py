@@ -10,26 +10,16 @@ as before.
 
 import functools
 
-import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
-from . import _C, _torch_patch
-
-
-def _is_ringx(group):
-    target = _c10d._get_default_group() if group is None else group
-    try:
-        backend = target._get_backend(torch.device("cpu"))
-    except Exception:  # noqa: BLE001 - no CPU backend: not ours
-        return False
-    return isinstance(backend, _C.ProcessGroupRingx)
+from . import _torch_patch
 
 
 def _also_for_ringx(monitored_barrier):
     @functools.wraps(monitored_barrier)
     def wrapped(group=None, timeout=None, wait_all_ranks=False):
-        if not dist.is_initialized() or _c10d._rank_not_in_group(group) or not _is_ringx(group):
+        if not dist.is_initialized() or _c10d._rank_not_in_group(group) or not _torch_patch.is_ringx(group):
             return monitored_barrier(group, timeout, wait_all_ranks)
         from . import monitored_barrier as ringx_monitored_barrier
 
