@@ -206,12 +206,13 @@ $(WHEEL_VENV_STAMP):
 # representative subset of the Python tests on it, then tests/compat, which
 # puts each wheel beside the other torch.
 # The subset: every collective family on the c10d API that changes between
-# releases, futures, the entry point and the package's own checks. The DDP
+# releases, futures, the entry point, the package's own checks, and torch's
+# libraries that call the backend (FSDP2, DTensor, checkpointing). The DDP
 # hooks (4-rank training runs) are left to the default torch for CI time.
 TORCH2_TESTS := tests/python/test_allreduce.py tests/python/test_collectives_gather.py \
 	tests/python/test_collectives_reduce.py tests/python/test_collectives_alltoall.py \
 	tests/python/test_async.py tests/python/test_entry_point.py tests/python/test_packaging.py \
-	tests/python/test_settings_agree.py
+	tests/python/test_settings_agree.py tests/python/test_ecosystem.py
 TORCH2_TIMEOUT := 900
 
 $(TORCH2_VENV_STAMP): | sysdeps
