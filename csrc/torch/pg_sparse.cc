@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/algorithms/identity.h"
+#include "core/algorithms/shm_steps.h"
 #include "torch/process_group_ringx.hpp"
 
 namespace ringx {
@@ -156,14 +157,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingx::allreduceSparse(at::Tensor& t,
       told.push_back(s.recv(p, collTag(seq, 0), &x->metas[size_t(p)], sizeof(Meta)));
     }
     // A rank in another collective then fails at once instead of reading
-    // its messages as counts (on the network; a shared-memory peer, which
-    // sends no messages, times out).
+    // its messages as counts.
     CollArgs a = argsFor(call, Collective::AllReduce);
     a.seq = seq;
     a.dtype = valueType;
     CollIdentity id = identityOf(a);
     id.flags |= kSparse;
     addIdentityChecks(s, a, id);
+    // Peers on this host in a shared-memory or single-copy collective read
+    // headers, not messages: the identity also goes through one empty chunk,
+    // as a barrier's, where such a peer finds it in place of its own call's.
+    if (ShmArea* shm = a.shm) {
+      const uint64_t chunk = shm->reserveChunks(1);
+      shmReadAll(s, shm, chunk, id, [](int) {}, shmCopyIn(s, shm, chunk, id, [](std::byte*) {}, kNoStep));
+    }
     const StepId sized = s.poll(
         [x] {
           x->size();

@@ -49,14 +49,22 @@ def allreduce_vs_allgather(timeout_s=10.0):
     return res
 
 
-def sparse_vs_dense_allreduce(timeout_s):
-    """Rank 0 all_reduces a sparse tensor while rank 1 all_reduces a dense one.
-    Returns (outcome, seconds it took)."""
+def sparse_vs_dense(timeout_s, dense, count):
+    """Rank 0 all_reduces a sparse tensor while the other ranks make a dense call of
+    `count` elements: `all_reduce`, or `all_gather` (all_gather_into_tensor, which takes
+    the single copy on one host).  Returns (outcome, seconds it took)."""
     g = _fresh_group(timeout_s)
     r = dist.get_rank()
-    x = torch.arange(16, dtype=torch.float32).to_sparse() if r == 0 else torch.arange(16, dtype=torch.float32)
+    x = torch.arange(count, dtype=torch.float32)
+    if r == 0:
+        call = lambda: dist.all_reduce(x.to_sparse(), group=g)  # noqa: E731
+    elif dense == "all_reduce":
+        call = lambda: dist.all_reduce(x, group=g)  # noqa: E731
+    else:
+        out = torch.empty(count * dist.get_world_size(g))
+        call = lambda: dist.all_gather_into_tensor(out, x, group=g)  # noqa: E731
     t0 = time.monotonic()
-    res = _outcome(lambda: dist.all_reduce(x, group=g))
+    res = _outcome(call)
     took = time.monotonic() - t0
     dist.destroy_process_group(g)
     return res, took

@@ -40,19 +40,20 @@ def test_allreduce_against_allgather_fails_on_both_ranks(path_worlds):
         assert "all_reduce" in out[2] and "all_gather" in out[2] and f"(rank {r}," in out[2], out[2]
 
 
-def test_sparse_against_dense_allreduce_fails_on_both_ranks(path_worlds):
-    """On the network each rank names the other's call and the layout at once; a dense
-    shared-memory all_reduce reads no messages, so there both ranks time out."""
-    path, get = path_worlds
-    timeout_s = 2.0
-    res = get(2).run(cases_mismatch.sparse_vs_dense_allreduce, timeout_s=timeout_s)
+@pytest.mark.parametrize("ws", [2, 3])
+@pytest.mark.parametrize("dense,count", [("all_reduce", 16), ("all_reduce", 1 << 20), ("all_gather", 1 << 18)])
+def test_sparse_against_dense_call_fails_on_every_rank(path_worlds, ws, dense, count):
+    """Each rank names the sparse call at once: on the network by the identity messages,
+    on one host by the identity the sparse call leaves where a shared-memory or
+    single-copy collective reads its peers' headers."""
+    _, get = path_worlds
+    timeout_s = 4.0
+    res = get(ws).run(cases_mismatch.sparse_vs_dense, timeout_s=timeout_s, dense=dense, count=count)
     for r, (out, took) in enumerate(res):
         assert out[0] == "error", f"rank {r} returned {out[1]} instead of failing"
         assert f"(rank {r}," in out[2], out[2]
-        if path == "net":
-            assert "sparse" in out[2] and "layout" in out[2] and took < timeout_s / 2, (took, out[2])
-        else:
-            assert "Timed out" in out[2] and took < 2 * timeout_s, (took, out[2])
+        assert "sparse" in out[2] and took < timeout_s / 2, (took, out[2])
+        assert ("layout" if dense == "all_reduce" else "all_gather") in out[2], out[2]
 
 
 @pytest.mark.parametrize("tensor_factor", [False, True], ids=["scalar", "tensor"])
