@@ -215,3 +215,18 @@ def functional_collectives():
         t.tolist() for t in funcol.reduce_scatter_tensor_coalesced([torch.cat([x] * ws), torch.cat([2 * x] * ws)],
                                                                    "sum", [0, 0], g)]
     return out
+
+
+def compiled_functional_collectives(backend):
+    """A function of functional collectives compiled by torch.compile (`backend`), on
+    rank-dependent inputs: returns (compiled result, eager result)."""
+    import torch._dynamo
+
+    def step(x):
+        y = funcol.all_reduce(x * 2, "sum", dist.group.WORLD)
+        z = funcol.all_gather_tensor(y + 1, 0, dist.group.WORLD)
+        return funcol.reduce_scatter_tensor(z.repeat(dist.get_world_size()), "sum", 0, dist.group.WORLD) - z
+
+    torch._dynamo.reset()
+    x = torch.arange(6, dtype=torch.float32) + 10 * dist.get_rank()
+    return torch.compile(step, backend=backend, fullgraph=True)(x).tolist(), step(x).tolist()

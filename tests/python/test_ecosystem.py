@@ -101,3 +101,14 @@ def test_functional_collectives_return_the_reduced_values(worlds, ws):
         assert res["all_reduce_coalesced"] == [stacked.sum(0).tolist(), (2 * stacked).sum(0).tolist()]
         assert res["all_gather_into_tensor_coalesced"] == [torch.cat(xs).tolist(), torch.cat(xs).mul(2).tolist()]
         assert res["reduce_scatter_tensor_coalesced"] == [stacked.sum(0).tolist(), (2 * stacked).sum(0).tolist()]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_functional_collectives_match_eager(worlds, backend):
+    results = worlds.run(2, cases.compiled_functional_collectives, backend=backend, timeout=300)
+    xs = [torch.arange(6, dtype=torch.float32) + 10 * r for r in range(2)]
+    # all_gather of the summed 2x + 1; each rank's chunk of the summed repeat is 2z
+    want = torch.cat([2 * (xs[0] + xs[1]) + 1] * 2)
+    for r, (compiled, eager) in enumerate(results):
+        assert eager == want.tolist(), f"rank {r}: eager {eager} != {want.tolist()}"
+        assert compiled == eager, f"rank {r}: compiled {compiled} != eager {eager}"
