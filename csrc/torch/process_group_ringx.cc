@@ -116,6 +116,18 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       if (!shm_ && layout.hosts) {
         hostShm_ = ShmArea::create(adapter, prefix + "/host" + std::to_string(layout.host), layout.localRank,
                                    layout.localSize(), slot);
+        // The hierarchical algorithms need every host's area: one host
+        // without its area makes the whole group take the flat ones.
+        adapter.set(prefix + "/hostshm/" + std::to_string(rank), {uint8_t(hostShm_ ? 1 : 0)});
+        bool everyHost = true;
+        for (int p = 0; p < size; ++p) {
+          if (p != rank && adapter.get(prefix + "/hostshm/" + std::to_string(p)) != std::vector<uint8_t>{1}) {
+            everyHost = false;
+          }
+        }
+        if (!everyHost) hostShm_.reset();
+      }
+      if (hostShm_) {
         hostShm_->setGroupRanks(layout.local);
         layout.shm = hostShm_.get();
         copts.bell = hostShm_->bell();

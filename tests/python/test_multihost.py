@@ -62,8 +62,9 @@ def hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def launch(hosts, mode, victim=-1, limit=120):
-    """Starts RANKS_PER_HOST ranks in each host namespace; returns {rank: report}."""
+def launch(hosts, mode, victim=-1, limit=120, setup=None):
+    """Starts RANKS_PER_HOST ranks in each host namespace; returns {rank: report}.
+    `setup` maps a host's index to a shell command run in its namespaces first."""
     out = tempfile.mkdtemp(prefix="ringx-multihost-")
     master_addr = hosts[0][1]
     port = free_port()
@@ -79,7 +80,8 @@ def launch(hosts, mode, victim=-1, limit=120):
                        LOCAL_WORLD_SIZE=str(RANKS_PER_HOST), TORCH_CPP_LOG_LEVEL="ERROR")
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", ns, "unshare", "--pid", "--uts", "--mount-proc", "--fork", "sh", "-c",
-                 f"hostname host{h}; {starts} & wait"], env=env, start_new_session=True))
+                 f"hostname host{h}; {(setup or {}).get(h, 'true')}; {starts} & wait"], env=env,
+                start_new_session=True))
         deadline = time.time() + limit
         while time.time() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.1)
@@ -109,6 +111,53 @@ def test_collectives_across_two_hosts(hosts):
     for r, rep in reports.items():
         assert rep["host"] == f"host{r // RANKS_PER_HOST}", logs
         assert len(rep["checked"]) == 10 and rep["checked"][-1] == "barrier", f"rank {r}: {rep}\n{logs}"
+
+
+# Room for one rank's segment (two 512 KiB slots and a page) and not two: the second rank
+# to reserve is refused, as a container's 64 MiB /dev/shm refuses the segments of many
+# groups of many ranks.
+SMALL_DEV_SHM = "mount -t tmpfs -o size=1600k tmpfs /dev/shm"
+SHM_REFUSED = "could not reserve"
+
+
+def test_one_host_with_a_full_dev_shm_makes_every_host_take_the_flat_algorithms(hosts):
+    """Host 1's ranks cannot reserve their shared memory: they warn, and every rank, host
+    0's too, leaves the hierarchical algorithms (which need each host's area), so all
+    ranks run the same algorithms and every result is right; before, host 1's ranks died
+    of SIGBUS at the first collective that wrote past what /dev/shm held."""
+    reports, logs = launch(hosts, "check", setup={1: SMALL_DEV_SHM})
+    assert sorted(reports) == [0, 1, 2, 3], logs
+    for r, rep in reports.items():
+        assert len(rep["checked"]) == 10 and rep["checked"][-1] == "barrier", f"rank {r}: {rep}\n{logs}"
+    per_rank = logs.split("--- rank ")[1:]
+    for r in (2, 3):
+        assert SHM_REFUSED in per_rank[r] and "/dev/shm" in per_rank[r], logs
+
+
+def test_a_full_dev_shm_on_one_host_gives_a_warning_not_a_crash():
+    """Two ranks on one host whose /dev/shm holds one segment: both warn, naming the rank
+    refused and /dev/shm, and every collective of the check runs right without shared
+    memory."""
+    out = tempfile.mkdtemp(prefix="ringx-devshm-")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
+               LOCAL_WORLD_SIZE="2", TORCH_CPP_LOG_LEVEL="ERROR")
+    starts = " & ".join(f"RANK={r} LOCAL_RANK={r} {sys.executable} {RANK_SCRIPT} {out} check -1 {TIMEOUT_S} "
+                        f"> {out}/rank{r}.log 2>&1" for r in range(2))
+    try:
+        proc = subprocess.run(["unshare", "--mount", "sh", "-c", f"{SMALL_DEV_SHM}; {starts} & wait"], env=env,
+                              timeout=120)
+        logs = ""
+        for r in range(2):
+            with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
+                logs += f"--- rank {r}\n{f.read()[-3000:]}\n"
+        assert proc.returncode == 0, logs
+        for r in range(2):
+            with open(os.path.join(out, f"rank{r}.json")) as f:
+                rep = json.load(f)
+            assert len(rep["checked"]) == 10 and rep["checked"][-1] == "barrier", f"rank {r}: {rep}\n{logs}"
+        assert logs.count(SHM_REFUSED) == 2 and "RINGX_SHM=0" in logs, logs
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_dead_rank_on_the_other_host_fails_every_survivor_fast(hosts):

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "core/common/error.h"
 #include "core/common/log.h"
@@ -91,12 +92,40 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     ::close(fd);
     fail("ftruncate");
   }
+  // A size alone reserves nothing: on a full /dev/shm (a container's 64 MiB)
+  // the first write past what is left would be a SIGBUS in a collective long
+  // after creation. Every page is claimed now instead, and a rank that cannot
+  // claim them tells the others, so that all go without shared memory alike.
+  int err = 0;
+  do {
+    err = ::posix_fallocate(fd, 0, off_t(area->mapBytes_));
+  } while (err == EINTR);
   ::close(fd);
-  store.set(keyPrefix + "/shm/" + std::to_string(rank), bytesOf(name));
+  // A rank publishes its segment's name, or "!" and why it has none.
+  const std::string mine = err ? "!" + std::string(std::strerror(err)) : name;
+  store.set(keyPrefix + "/shm/" + std::to_string(rank), bytesOf(mine));
+  auto names = std::vector<std::string>(size_t(size));
+  std::string why;
+  for (int p = 0; p < size; ++p) {
+    names[size_t(p)] = p == rank ? mine : stringOf(store.get(keyPrefix + "/shm/" + std::to_string(p)));
+    if (why.empty() && names[size_t(p)].starts_with("!")) {
+      why = "rank " + std::to_string(p) + " could not reserve " + std::to_string(area->mapBytes_) +
+            " bytes in /dev/shm (" + names[size_t(p)].substr(1) + ")";
+    }
+  }
+  if (!why.empty()) {
+    RINGX_LOG(Warn, "ringx: shared memory (rank "
+                        << rank << "): " << why
+                        << ", so this group's ranks on this host go without shared memory: slower collectives "
+                           "over UCX, and no single copy. Give /dev/shm more room (docker run --shm-size, a "
+                           "memory-backed emptyDir on Kubernetes), or set RINGX_SHM=0 to choose this without "
+                           "the warning.");
+    return nullptr;
+  }
 
   area->maps_.assign(size, nullptr);
   for (int p = 0; p < size; ++p) {
-    const std::string peerName = p == rank ? name : stringOf(store.get(keyPrefix + "/shm/" + std::to_string(p)));
+    const std::string& peerName = names[size_t(p)];
     int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
     if (pfd < 0) fail("shm_open " + peerName);
     struct stat st {};
