@@ -98,9 +98,11 @@ void workerLoop(const std::shared_ptr<CallbackPool::State>& s) {
     --s->idle;
     auto job = std::move(s->jobs.front());
     s->jobs.pop_front();
-    auto me = s->running.insert(Clock::now());
     // The job may block on a later one's completion: make sure a thread waits for the next.
     if (!s->jobs.empty()) addThreadIfAllowed(s);
+    // Its time starts after the thread is made, which a slow machine may take
+    // most of kBlockedAfter to do: the next job must not start ahead of it.
+    auto me = s->running.insert(Clock::now());
     lock.unlock();
     runJob(job);
     job = nullptr;  // what it captured goes now, outside the lock
