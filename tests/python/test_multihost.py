@@ -62,6 +62,19 @@ def hosts():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def collect(out, world):
+    """The ranks' reports (of those that wrote one) and the tails of their logs."""
+    reports, logs = {}, ""
+    for r in range(world):
+        path = os.path.join(out, f"rank{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                reports[r] = json.load(f)
+        with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
+            logs += f"--- rank {r}\n{f.read()[-3000:]}\n"
+    return reports, logs
+
+
 def launch(hosts, mode, victim=-1, limit=120, setup=None):
     """Starts RANKS_PER_HOST ranks in each host namespace; returns {rank: report}.
     `setup` maps a host's index to a shell command run in its namespaces first."""
@@ -88,14 +101,7 @@ def launch(hosts, mode, victim=-1, limit=120, setup=None):
         hung = [p for p in procs if p.poll() is None]
         for p in hung:
             os.killpg(p.pid, 9)
-        reports, logs = {}, ""
-        for r in range(world):
-            path = os.path.join(out, f"rank{r}.json")
-            if os.path.exists(path):
-                with open(path) as f:
-                    reports[r] = json.load(f)
-            with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
-                logs += f"--- rank {r}\n{f.read()[-3000:]}\n"
+        reports, logs = collect(out, world)
         assert not hung, f"a host's ranks did not finish within {limit} s\n{logs}"
         return reports, logs
     finally:
@@ -146,14 +152,10 @@ def test_a_full_dev_shm_on_one_host_gives_a_warning_not_a_crash():
     try:
         proc = subprocess.run(["unshare", "--mount", "sh", "-c", f"{SMALL_DEV_SHM}; {starts} & wait"], env=env,
                               timeout=120)
-        logs = ""
-        for r in range(2):
-            with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
-                logs += f"--- rank {r}\n{f.read()[-3000:]}\n"
+        reports, logs = collect(out, 2)
         assert proc.returncode == 0, logs
-        for r in range(2):
-            with open(os.path.join(out, f"rank{r}.json")) as f:
-                rep = json.load(f)
+        assert sorted(reports) == [0, 1], logs
+        for r, rep in reports.items():
             assert len(rep["checked"]) == 10 and rep["checked"][-1] == "barrier", f"rank {r}: {rep}\n{logs}"
         assert logs.count(SHM_REFUSED) == 2 and "RINGX_SHM=0" in logs, logs
     finally:
