@@ -194,3 +194,30 @@ TEST_CASE("ucx transport cancels a pending receive and still runs its callback")
   RANK_REQUIRE(pumped);
   RANK_REQUIRE_FALSE(got.ok);
 }
+
+TEST_CASE("ucx transport: a peer on this host that destroys its transport while its process lives is seen closed") {
+  MemoryStore store;
+  onEachRank(2, [&](int r) {
+    auto t = makeUcxTransport(store, r, 2, {});
+    if (r == 1) {
+      t.reset();
+      store.add("left", 1);
+      return;
+    }
+    int v = 0;
+    bool done = false;
+    TransferResult got;
+    t->irecv(1, 5, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult& res) {
+      got = res;
+      done = true;
+    });
+    while (store.add("left", 0) == 0) t->progress();
+    t->checkPeers();
+    const bool pumped = pumpUntil(*t, done, 5s);
+    RANK_REQUIRE(pumped);
+    RANK_REQUIRE_FALSE(got.ok);
+    RANK_REQUIRE(got.errorKind == ErrorKind::PeerClosed);
+    RANK_REQUIRE_SAYING(got.error, got.error.find("connection to rank 1 closed") != std::string::npos);
+    RANK_REQUIRE(t->failedPeers() == std::vector<int>{1});
+  });
+}

@@ -304,9 +304,9 @@ def check_matrix(reports, logs, codes, hung, expected_trials):
                 s["raised_at_call"] += call.get("raised_in") == "call"
             assert not failure["ok"], f"{where}: the barrier after the victim's death returned\n{logs}"
             assert failure["type"] == "DistBackendError", f"{where}: {failure}\n{logs}"
-            # "connection to rank V closed", or in a single-copy algorithm (same host)
-            # "rank V closed: its process exited while this rank copied its memory ..."
-            # or "... before it finished this collective".
+            # "connection to rank V closed", in a single-copy algorithm (same host) followed
+            # by ": its process exited, or left the group, while this rank copied its
+            # memory ..." or "... before it finished this collective".
             assert "closed" in failure["msg"] and f"rank {victim}" in failure["msg"], f"{where}: {failure}\n{logs}"
             # Issue 10 allows 2x the timeout; a closed connection is seen long before
             # the deadline (at most 0.76 s of the 2 s here), so an error that came

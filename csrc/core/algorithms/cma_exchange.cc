@@ -279,8 +279,7 @@ void CmaExchange::checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const
     if (p == rank() || cma_->alive(p)) continue;
     dead_[size_t(p)] = true;
     fail(Error(ErrorKind::PeerClosed,
-               "rank " + std::to_string(p) +
-                   " closed: its process exited before it finished this collective"),
+               closedConnection(p) + ": its process exited, or left the group, before it finished this collective"),
          {p, 1});
   }
 }
@@ -303,8 +302,8 @@ Error CmaExchange::peerFailed(int p) const {
     return Error(ErrorKind::PeerClosed,
                  "rank " + std::to_string(p) + " failed in this " + describe(mine_) + " after rank " +
                      std::to_string(cause.rank) +
-                     " closed (its process exited before it finished this collective), so this rank's "
-                     "result is not complete; the group is no longer usable, create a new one");
+                     " closed (its process exited, or left the group, before it finished this collective), so "
+                     "this rank's result is not complete; the group is no longer usable, create a new one");
   }
   return Error(ErrorKind::InvalidArgument,
                "rank " + std::to_string(p) + " failed in this " + describe(mine_) +

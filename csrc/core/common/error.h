@@ -35,4 +35,10 @@ class Error : public std::runtime_error {
   std::vector<int> awaited_;
 };
 
+// What a rank hears when a peer's connection closed (it died, or left the
+// group): ringx's words, then gloo's, which scripts and torchft's tests match.
+inline std::string closedConnection(int peer) {
+  return "connection to rank " + std::to_string(peer) + " closed (Connection closed by peer)";
+}
+
 }  // namespace ringx

@@ -662,7 +662,7 @@ void Communicator::failOnDeadPeer() {
       // it waits for the others whatever happened to this one.
       if (a->op->schedule.waitsOutClosedPeers()) continue;
       if (!a->ended && (stillNeeds(*a, dead) || now - since >= grace)) {
-        fail(*a, ErrorKind::PeerClosed, "connection to rank " + std::to_string(dead) + " closed",
+        fail(*a, ErrorKind::PeerClosed, closedConnection(dead),
              awaitedPeers(*a));
         return;
       }

@@ -56,7 +56,7 @@ TransferResult closedResult(int peer) {
   TransferResult r;
   r.ok = false;
   r.errorKind = ErrorKind::PeerClosed;
-  r.error = "connection to rank " + std::to_string(peer) + " closed";
+  r.error = closedConnection(peer);
   return r;
 }
 

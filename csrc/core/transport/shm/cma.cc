@@ -164,9 +164,9 @@ void Cma::write(int peer, uint64_t remote, const void* local, size_t bytes) cons
 void Cma::fail(int peer, const char* call, int err) const {
   const std::string how = std::string(call) + ": " + std::strerror(err);
   if (err == ESRCH || !alive(peer)) {
-    throw Error(ErrorKind::PeerClosed,
-                "rank " + std::to_string(peer) +
-                    " closed: its process exited while this rank copied its memory (" + how + ")");
+    throw Error(ErrorKind::PeerClosed, closedConnection(peer) +
+                                           ": its process exited, or left the group, while this rank copied "
+                                           "its memory (" + how + ")");
   }
   throw Error(ErrorKind::Internal,
               "copying the buffer of rank " + std::to_string(peer) + " failed (" + how +

@@ -15,6 +15,7 @@
 #include "core/common/log.h"
 #include "core/common/process_state.h"
 #include "core/common/topology.h"
+#include "core/transport/shm/presence.h"
 
 namespace ringx {
 
@@ -26,38 +27,55 @@ void check(ucs_status_t st, const char* what) {
   }
 }
 
-// What a rank publishes about itself: where it runs, its pid there, and its
-// worker address.
+// What a rank publishes about itself: where it runs, its pid there, the
+// name of its presence mark (presence.h), and its worker address.
 struct PeerCard {
   std::string host;
   int pid = 0;
+  std::string presence;
   std::vector<uint8_t> address;
 
   std::vector<uint8_t> encode() const {
-    std::vector<uint8_t> out(sizeof(uint32_t) + host.size() + sizeof(int32_t));
-    uint32_t len = uint32_t(host.size());
-    int32_t p = pid;
-    std::memcpy(out.data(), &len, sizeof(len));
-    std::memcpy(out.data() + sizeof(len), host.data(), host.size());
-    std::memcpy(out.data() + sizeof(len) + host.size(), &p, sizeof(p));
+    std::vector<uint8_t> out;
+    putText(out, host);
+    const int32_t p = pid;
+    const auto* pb = reinterpret_cast<const uint8_t*>(&p);
+    out.insert(out.end(), pb, pb + sizeof(p));
+    putText(out, presence);
     out.insert(out.end(), address.begin(), address.end());
     return out;
   }
 
   static PeerCard decode(const std::vector<uint8_t>& in) {
     PeerCard c;
-    uint32_t len = 0;
+    size_t at = 0;
+    c.host = takeText(in, at);
     int32_t p = 0;
-    if (in.size() < sizeof(len)) throw Error(ErrorKind::Internal, "malformed peer address in the store");
-    std::memcpy(&len, in.data(), sizeof(len));
-    if (in.size() < sizeof(len) + len + sizeof(p)) {
-      throw Error(ErrorKind::Internal, "malformed peer address in the store");
-    }
-    c.host.assign(reinterpret_cast<const char*>(in.data()) + sizeof(len), len);
-    std::memcpy(&p, in.data() + sizeof(len) + len, sizeof(p));
+    take(in, at, &p, sizeof(p));
     c.pid = p;
-    c.address.assign(in.begin() + sizeof(len) + len + sizeof(p), in.end());
+    c.presence = takeText(in, at);
+    c.address.assign(in.begin() + long(at), in.end());
     return c;
+  }
+
+ private:
+  static void putText(std::vector<uint8_t>& out, const std::string& text) {
+    const uint32_t len = uint32_t(text.size());
+    const auto* lb = reinterpret_cast<const uint8_t*>(&len);
+    out.insert(out.end(), lb, lb + sizeof(len));
+    out.insert(out.end(), text.begin(), text.end());
+  }
+  static void take(const std::vector<uint8_t>& in, size_t& at, void* dst, size_t n) {
+    if (in.size() < at + n) throw Error(ErrorKind::Internal, "malformed peer address in the store");
+    std::memcpy(dst, in.data() + at, n);
+    at += n;
+  }
+  static std::string takeText(const std::vector<uint8_t>& in, size_t& at) {
+    uint32_t len = 0;
+    take(in, at, &len, sizeof(len));
+    std::string text(len, '\0');
+    take(in, at, text.data(), len);
+    return text;
   }
 };
 
@@ -86,7 +104,7 @@ class UcxTransport final : public Transport {
     ucp_address_t* addr = nullptr;
     size_t addrLen = 0;
     check(ucp_worker_get_address(worker_, &addr, &addrLen), "worker_get_address");
-    PeerCard mine{hostIdentity(), int(::getpid()),
+    PeerCard mine{hostIdentity(), int(::getpid()), presence_.name(),
                   std::vector<uint8_t>(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addrLen)};
     ucp_worker_release_address(worker_, addr);
     store.set(opts.keyPrefix + "/addr/" + std::to_string(rank_), mine.encode());
@@ -96,6 +114,7 @@ class UcxTransport final : public Transport {
     failed_.assign(size_, false);
     peerMode_.assign(size_, true);
     localPid_.assign(size_, 0);
+    peerPresence_.resize(size_);
     peerArgs_.resize(size_);
   }
 
@@ -109,6 +128,7 @@ class UcxTransport final : public Transport {
       failure = e.what();
     }
     waitUntilAllConnected(store, keyPrefix, failure);
+    presence_.unlinkName();
     if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
     if (logLevel() >= LogLevel::Info) {
       RINGX_LOG(Info, "ringx: rank " << rank_ << " on UCX " << ucp_get_version_string() << ": " << describeLinks());
@@ -212,6 +232,9 @@ class UcxTransport final : public Transport {
     }
     while (ucp_worker_progress(worker_) != 0) {
     }
+    // What this rank sent is out: its peers on this host may now take it as
+    // gone, as if its process had exited.
+    presence_.leave();
     // Destroying the worker may still complete requests (sends to a dead
     // peer never finish otherwise); their callbacks only queue, and every
     // entry is freed here.
@@ -295,7 +318,7 @@ class UcxTransport final : public Transport {
   // it died, then cancels what still waits on it.
   void checkPeers() override {
     for (int p = 0; p < size_; ++p) {
-      if (localPid_[p] > 0 && p != rank_ && !failed_[p] && !processAlive(localPid_[p])) peerFailed(p);
+      if (!failed_[p] && localPeerGone(p)) peerFailed(p);
     }
   }
 
@@ -332,6 +355,7 @@ class UcxTransport final : public Transport {
       if (theirs.host == mine_.host) {
         peerMode_[p] = false;
         localPid_[p] = theirs.pid;
+        peerPresence_[p] = PeerPresence(theirs.presence);
       }
       peerArgs_[p] = {this, p};
       ucp_ep_params_t ep{};
@@ -372,7 +396,7 @@ class UcxTransport final : public Transport {
 
   Error connectError(int peer, ucs_status_t st) const {
     std::string why = "UCX ep_create to rank " + std::to_string(peer) + " failed: " + ucs_status_string(st);
-    if (localPid_[peer] > 0 && !processAlive(localPid_[peer])) {
+    if (localPeerGone(peer)) {
       why += " (its process, pid " + std::to_string(localPid_[peer]) + " on this host, has exited)";
     }
     return Error(ErrorKind::Internal, why);
@@ -382,8 +406,13 @@ class UcxTransport final : public Transport {
     TransferResult r;
     r.ok = false;
     r.errorKind = ErrorKind::PeerClosed;
-    r.error = "connection to rank " + std::to_string(peer) + " closed";
+    r.error = closedConnection(peer);
     return r;
+  }
+
+  // A peer on this host whose process exited, or that left the group.
+  bool localPeerGone(int p) const {
+    return localPid_[p] > 0 && p != rank_ && (peerPresence_[p].gone() || !processAlive(localPid_[p]));
   }
 
   Pending* newPending(int peer, TransferCallback done, bool isRecv) {
@@ -446,7 +475,7 @@ class UcxTransport final : public Transport {
     // whatever its transport saw (an I/O or shared-memory error), often
     // before the pid watch does: ask the pid now.
     if (status != UCS_ERR_CANCELED && status != UCS_ERR_MESSAGE_TRUNCATED && p->peer >= 0 &&
-        localPid_[p->peer] > 0 && p->peer != rank_ && !processAlive(localPid_[p->peer])) {
+        localPeerGone(p->peer)) {
       peerFailed(p->peer);
       return closedResult(p->peer);
     }
@@ -539,6 +568,7 @@ class UcxTransport final : public Transport {
 
   int rank_;
   int size_;
+  PresenceMark presence_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
@@ -547,6 +577,7 @@ class UcxTransport final : public Transport {
   std::vector<bool> failed_;
   std::vector<bool> peerMode_;
   std::vector<int> localPid_;
+  std::vector<PeerPresence> peerPresence_;
   std::vector<PeerArg> peerArgs_;
   std::unordered_map<TransferId, Pending*> pending_;
   std::deque<std::pair<Pending*, TransferResult>> deferred_;
