@@ -26,7 +26,10 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # torch is pinned to the CPU build that lies on this machine's disk: plain
 # `torch` or an open range would pull a multi-GB CUDA build.
 TORCH1 := 2.13.0
-REQS := torch==$(TORCH1) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy matplotlib
+# torchft (and parameterized, which torchft's own tests import) for
+# ringx.torchft's tests.
+REQS := torch==$(TORCH1) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy matplotlib \
+	torchft==0.2.0 parameterized
 DEB_PKGS := catch2 iproute2
 CMAKE_MIN := 3.24
 JOBS := 2
@@ -83,7 +86,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test demo testbed bench bench-ddp bench-floor bench-callpath bench-testbed clean distclean test-faults
+.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu device-wheels test-system-ucx test demo testbed bench bench-ddp bench-floor bench-callpath bench-testbed clean distclean test-faults
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -94,6 +97,7 @@ help:
 	@echo "make wheel-test  pip wheel, install it into a clean venv, run tests/wheel_smoke.py"
 	@echo "make torch-compat  build and test against torch $(TORCH2) too; a wheel beside the other torch"
 	@echo "make test-gpu    tests/gpu: collectives on CUDA tensors (needs a GPU; skips without one)"
+	@echo "make device-wheels  what a lent GPU machine's tests/gpu/device_run.sh needs carried (docs/cuda.md)"
 	@echo "make py-test-asan  tests/python (not the host suites) against an ASan+UBSan build of the extension"
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
 	@echo "make bench | bench-ddp | bench-floor | bench-callpath   benchmarks/collectives.py | ddp.py | floor.py | callpath.py"
@@ -163,10 +167,12 @@ cpp-test: sysdeps venv build
 # namespaces' names. On the 2-core VM (2026-11-27, one run each, nothing else
 # running) py-test took 537 s this way and 586 s with the fault and host
 # suites in one run: that run was the last to end, while the rest ended at
-# 402 s. Each run's output is in build/logs/py-test-*.log.
+# 402 s. torchft's replica tests (about 80 s, peers killed and healed) run
+# with the host suites, the shortest run then (303 s against the rest's 611 s,
+# 2026-11-29). Each run's output is in build/logs/py-test-*.log.
 PY_TEST_FAULTS := tests/python/test_faults.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
-	tests/python/test_testbed_faults.py
+	tests/python/test_testbed_faults.py tests/python/test_torchft.py
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 py-test: sysdeps venv build
@@ -257,6 +263,17 @@ test-gpu: sysdeps venv
 	fi; \
 	echo "======== test-gpu: tests/gpu with $$py ========"; \
 	timeout -k 30 $(GPU_TEST_TIMEOUT) $$py -m pytest tests/gpu -p no:cacheprovider
+
+# The libucx wheel for the lent GPU machine's Python (3.12, no package index
+# there), which tests/gpu/device_run.sh installs: build/ is ignored, so the
+# device call carries this folder.
+DEVICE_WHEELS := build/device-wheels
+
+device-wheels: sysdeps venv
+	@ls $(DEVICE_WHEELS)/libucx_cu13-*.whl > /dev/null 2>&1 || \
+	  $(PIP) download -q libucx-cu13==$$($(VPY) -c 'from importlib.metadata import version; print(version("libucx-cu13"))') \
+	    --no-deps --only-binary :all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d $(DEVICE_WHEELS)
+	@ls $(DEVICE_WHEELS)
 
 # The site's UCX (issue 13): RDMA clusters bring their own UCX (HPC-X, MOFED,
 # a distro's), which the libucx wheel cannot stand in for. This keeps that path

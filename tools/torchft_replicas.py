@@ -1,0 +1,219 @@
+"""torchft replica groups that lose one replica and heal a replacement, for
+tests/python/test_torchft.py and benchmarks/recovery.py.
+
+Launcher side: ``run_kill_and_heal(out, backend)`` starts a lighthouse and three
+replica processes (this file run as a script), SIGKILLs replica 2 mid-training,
+lets the other two train on without it, starts a replacement that heals from them,
+and returns what it measured (``Run``). The final states are in out/replica<i>.pt.
+
+Replica side (``python torchft_replicas.py --replica-id I --lighthouse ADDR ...``):
+one replica group of one rank training a small model with torchft's DDP. Its
+Manager's process group is ringx's (ringx.torchft.ProcessGroupRingx) or torchft's
+gloo one (``gloo``; ``gloo-reporting`` is gloo with ringx.torchft's AbortOnFailure,
+whose wait() aborts the group and reports through ``errored()`` instead of raising:
+with torchft 0.2's own gloo group a survivor's DDP hook fails on an assertion when a
+peer dies mid-allreduce).
+Gradients are averaged over the quorum's members; a replica that (re)joins late
+heals: it loads the model and optimizer from a peer. After each committed step it
+appends `step <n> <time.time()> participants <k>` to out/progress<i>.txt; at the end
+it saves its state to out/replica<i>.pt. Batches are drawn from (replica id, step),
+so a run is reproducible whatever the quorums were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+BACKENDS = ["ringx", "gloo", "gloo-reporting"]
+
+
+# ----------------------------------------------------------------------------- replica side
+
+
+def _process_group(backend, timeout):
+    from torchft.process_group import ProcessGroupGloo
+
+    from ringx.torchft import AbortOnFailure, ProcessGroupRingx
+
+    if backend == "ringx":
+        return ProcessGroupRingx(timeout=timeout)
+    if backend == "gloo":
+        return ProcessGroupGloo(timeout=timeout)
+
+    class ReportingGloo(AbortOnFailure, ProcessGroupGloo):
+        pass
+
+    return ReportingGloo(timeout=timeout)
+
+
+def replica_main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--replica-id", type=int, required=True)
+    p.add_argument("--lighthouse", required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--backend", default="ringx", choices=BACKENDS)
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--step-sleep", type=float, default=0.05, help="seconds of 'compute' per step")
+    p.add_argument("--hold-at", type=int, default=-1,
+                   help="before this step, wait (at most 60 s) until --hold-file exists: the launcher lets a "
+                        "replacement start up before the others train on without it")
+    p.add_argument("--hold-file", default="")
+    a = p.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn, optim
+    from torchft import Manager
+    from torchft.ddp import DistributedDataParallel
+    from torchft.optim import OptimizerWrapper
+
+    torch.manual_seed(42)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    inner = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def state_dict():
+        return {"model": model.state_dict(), "optim": inner.state_dict()}
+
+    def load_state_dict(sd):
+        model.load_state_dict(sd["model"])
+        inner.load_state_dict(sd["optim"])
+
+    timeout = timedelta(seconds=a.timeout)
+    store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
+    manager = Manager(pg=_process_group(a.backend, timeout), load_state_dict=load_state_dict,
+                      state_dict=state_dict, min_replica_size=2, replica_id=f"replica{a.replica_id}",
+                      store_addr="localhost", store_port=store.port, rank=0, world_size=1,
+                      lighthouse_addr=a.lighthouse, timeout=timeout, quorum_timeout=timedelta(seconds=60),
+                      connect_timeout=timedelta(seconds=30))
+    ddp = DistributedDataParallel(manager, model)
+    opt = OptimizerWrapper(manager, inner)
+    progress = open(os.path.join(a.out, f"progress{a.replica_id}.txt"), "a", buffering=1)
+    progress.write(f"ready {time.time()}\n")
+    while manager.current_step() < a.steps:
+        if manager.current_step() == a.hold_at:
+            end = time.monotonic() + 60
+            while not os.path.exists(a.hold_file) and time.monotonic() < end:
+                time.sleep(0.05)
+        g = torch.Generator().manual_seed(1000 * a.replica_id + manager.current_step())
+        x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+        opt.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        time.sleep(a.step_sleep)
+        before = manager.current_step()
+        opt.step()
+        if manager.current_step() > before:
+            progress.write(f"step {manager.current_step()} {time.time()} "
+                           f"participants {manager.num_participants()}\n")
+    torch.save(state_dict(), os.path.join(a.out, f"replica{a.replica_id}.pt"))
+    progress.write(f"done {time.time()}\n")
+    manager.shutdown(wait=False)
+
+
+# ----------------------------------------------------------------------------- launcher side
+
+
+@dataclass
+class Run:
+    recovery_s: float  # from the kill to the survivors' first committed step after it
+    step_s: float  # the survivors' median time per committed step before the kill
+    steps_after_kill: list  # (step, time, participants) of replica 0 after the kill
+    rejoined: list  # (step, time, participants) of the replacement
+
+
+def progress(out, replica):
+    path = os.path.join(out, f"progress{replica}.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.split() for line in f if line.strip()]
+
+
+def steps(out, replica):
+    return [(int(p[1]), float(p[2]), int(p[4])) for p in progress(out, replica) if p[0] == "step"]
+
+
+def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1):
+    log = open(os.path.join(out, f"replica{replica}.log"), "a")
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
+                             "--lighthouse", lighthouse, "--steps", str(n_steps), "--out", out, "--backend", backend,
+                             "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go")],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True)
+
+
+def _wait(pred, limit, what, out):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    logs = ""
+    for name in sorted(os.listdir(out)):
+        if name.endswith(".log"):
+            with open(os.path.join(out, name)) as f:
+                logs += f"--- {name}\n{f.read()[-3000:]}\n"
+    raise AssertionError(f"{what}: not within {limit} s\n{logs}")
+
+
+def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
+    """Three replicas; replica 2 is SIGKILLed once it committed `kill_at`; the
+    survivors must commit two steps without it (2 participants). They then wait,
+    at step kill_at + 4 or so, for a replacement to start up (torch's import takes
+    seconds, a step a fraction of one); it heals from them and all three train to
+    `n_steps`. Raises AssertionError, with the replicas' logs, when any of that fails."""
+    from torchft._torchft import LighthouseServer
+
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=500, heartbeat_timeout_ms=1000)
+    procs = {}
+    try:
+        hold_at = kill_at + 4
+        for r in range(3):
+            procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at)
+        _wait(lambda: any(s >= kill_at for s, _, _ in steps(out, 2)), 120, f"replica 2 at step {kill_at}", out)
+        procs[2].send_signal(signal.SIGKILL)
+        procs[2].wait()
+        killed = time.time()
+
+        def after(r):
+            return [s for s in steps(out, r) if s[1] > killed]
+
+        _wait(lambda: all(len(after(r)) >= 2 for r in (0, 1)), 60, "two survivor steps after the kill", out)
+        survivors = after(0)[:2] + after(1)[:2]
+        assert all(p == 2 for _, _, p in survivors), ("the survivors' steps after the kill must have 2 "
+                                                     "participants", survivors)
+        recovery = min(after(r)[0][1] for r in (0, 1)) - killed
+        before = [t for _, t, _ in steps(out, 0) if t < killed]
+        step_s = statistics.median(b - a for a, b in zip(before, before[1:])) if len(before) > 2 else float("nan")
+        ready_before = sum(p[0] == "ready" for p in progress(out, 2))
+        first_life = len(steps(out, 2))
+        procs[2] = _start(2, lighthouse.address(), out, n_steps, backend)
+        _wait(lambda: sum(p[0] == "ready" for p in progress(out, 2)) > ready_before, 60,
+              "the replacement to start up", out)
+        open(os.path.join(out, "go"), "w").close()
+        for r in range(3):
+            try:
+                procs[r].wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                _wait(lambda: False, 0, f"replica {r} to finish", out)
+            if procs[r].returncode != 0:
+                _wait(lambda: False, 0, f"replica {r} exited with {procs[r].returncode}", out)
+        return Run(recovery, step_s, after(0), steps(out, 2)[first_life:])
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        lighthouse.shutdown()
+
+
+if __name__ == "__main__":
+    replica_main()
