@@ -68,6 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=parse_bytes, default=8, help="smallest size (default 8)")
     p.add_argument("--max-bytes", type=parse_bytes, default=256 << 20, help="largest size (default 256M)")
     p.add_argument("--step-factor", type=int, default=2, help="size multiplier between rows (default 2)")
+    p.add_argument("--sizes", default=None,
+                   help="exact sizes, comma-separated (e.g. 8,1M,64M), in place of --min-bytes, --max-bytes "
+                        "and --step-factor")
     p.add_argument("--dtype", default="float32",
                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"])
     p.add_argument("--root", type=int, default=0,
@@ -174,11 +177,15 @@ def parse_args(argv=None):
     if a.inter_backend == "ringx" and "interleaved" in a.patterns and {"mpi", "mpich"} & set(a.backends):
         p.error("--inter-backend ringx cannot run beside MPI: an MPI rank cannot load ringx (Open MPI's "
                 "bundled UCX clashes with ringx's); leave mpi and mpich out of --backends")
-    sizes, s = [], max(1, a.min_bytes)
-    while s <= a.max_bytes:
-        sizes.append(s)
-        s *= a.step_factor
-    a.sizes = sizes
+    if a.sizes:
+        a.sizes = sorted({parse_bytes(x) for x in a.sizes.split(",") if x.strip()})
+        if not a.sizes or a.sizes[0] < 1:
+            p.error("--sizes takes positive sizes, e.g. 8,1M,64M")
+    else:
+        a.sizes, s = [], max(1, a.min_bytes)
+        while s <= a.max_bytes:
+            a.sizes.append(s)
+            s *= a.step_factor
     a._gloo_modes = a._gloo_modes.split(",")
     return a
 
