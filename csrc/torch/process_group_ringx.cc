@@ -447,10 +447,17 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     if (rank_ != 0) sched.recv(0, collTag(seq, 1), nullptr, 0);
     return sched;
   };
+  // A rank other than 0 that fails says so in gloo's words too.
+  auto notPassed = [this](const c10::DistBackendError& e) {
+    throwBackendError(std::string(e.what()) + " (as gloo says: Rank " + std::to_string(rank_) +
+                      " successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+                      "from rank 0. Please check rank 0 logs for faulty rank.)");
+  };
   auto first = submitBuilt(call, arrive, {}, {}, nullptr);
   try {
     first->wait();
-  } catch (const c10::DistBackendError&) {
+  } catch (const c10::DistBackendError& e) {
+    if (rank_ != 0) notPassed(e);
     // As gloo does, rank 0 names the ranks that did not pass: those that
     // closed their connection (left the group, or died) and, on a timeout,
     // those that never arrived.
@@ -458,23 +465,33 @@ void ProcessGroupRingx::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     const bool named = err && (err->kind() == ErrorKind::Timeout || err->kind() == ErrorKind::PeerClosed);
     if (rank_ == 0 && named && !err->awaited().empty()) {
       const auto& missing = err->awaited();
+      const size_t n = waitAllRanks ? missing.size() : 1;
       std::string list;
-      for (size_t i = 0; i < (waitAllRanks ? missing.size() : 1); ++i) {
-        list += (i ? ", " : "") + std::to_string(missing[i]);
-      }
+      for (size_t i = 0; i < n; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+      const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_.load() : opts.timeout;
+      const std::string ms = std::to_string(asked.count()) + " ms";
+      // gloo's words follow ringx's: scripts and torch's own tests match them.
+      const std::string gloo = std::string(n == 1 ? "Rank " : "Ranks ") + list +
+                               " failed to pass monitoredBarrier in " + ms;
       if (err->kind() == ErrorKind::Timeout) {
-        const auto asked = opts.timeout == c10d::kUnsetTimeout ? timeout_.load() : opts.timeout;
-        throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " +
-                          std::to_string(asked.count()) + " ms");
+        throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier within " + ms +
+                          " (as gloo says: Rank 0 timed out in monitoredBarrier after " + ms + "; " + gloo + ")");
       }
       std::string cause = err->what();
       if (cause.starts_with(call.ctx.prefix())) cause.erase(0, call.ctx.prefix().size());
-      throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier (" + cause + ")");
+      throwBackendError(call.ctx.prefix() + "rank(s) " + list + " failed to pass monitored_barrier (" + cause +
+                        "; as gloo says: " + gloo + ")");
     }
     throw;
   }
   call.title.clear();
-  submitBuilt(call, release, {}, {}, nullptr)->wait();
+  auto released = submitBuilt(call, release, {}, {}, nullptr);
+  try {
+    released->wait();
+  } catch (const c10::DistBackendError& e) {
+    if (rank_ != 0) notPassed(e);
+    throw;
+  }
 }
 
 }  // namespace ringx

@@ -504,7 +504,10 @@ def test_monitored_barrier_names_missing_ranks(ws, missing, wait_all):
         assert_ok(out[r].result("all_present"), out)
     named = ", ".join(map(str, missing_ranks if wait_all else missing_ranks[:1]))
     rec = out[0].result("barrier")
-    assert_error(rec, out, words=("monitored_barrier", f"rank(s) {named} failed to pass"))
+    # ringx's words, then gloo's (torch's own tests match those).
+    gloo = f"{'Ranks' if wait_all else 'Rank'} {named} failed to pass monitoredBarrier in"
+    assert_error(rec, out, words=("monitored_barrier", f"rank(s) {named} failed to pass", gloo,
+                                  "Rank 0 timed out in monitoredBarrier"))
     log(f"monitored_barrier: rank 0 after {duration(rec):.2f} s: {rec['msg']}")
     assert 0.9 * FAULT_TIMEOUT <= duration(rec) <= 2 * FAULT_TIMEOUT, out.report()
     for r in range(1, ws):
@@ -512,7 +515,7 @@ def test_monitored_barrier_names_missing_ranks(ws, missing, wait_all):
             continue
         # The others wait for rank 0's release, which never comes: they time out.
         rec = out[r].result("barrier")
-        assert_error(rec, out, words=("Timed out",))
+        assert_error(rec, out, words=("Timed out", f"Rank {r} successfully reached monitoredBarrier"))
         assert duration(rec) <= 2 * FAULT_TIMEOUT, out.report()
 
 
