@@ -150,18 +150,27 @@ def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1):
                             start_new_session=True)
 
 
-def _wait(pred, limit, what, out):
+def _wait(pred, limit, what, out, alive=()):
+    """Until pred() holds; fails with the replicas' logs after `limit` seconds or
+    as soon as a process in `alive` has ended."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
         if pred():
             return
+        ended = [p for p in alive if p.poll() is not None]
+        if ended:
+            _fail(f"{what}: a replica exited (code {ended[0].returncode}) first", out)
         time.sleep(0.05)
+    _fail(f"{what}: not within {limit} s", out)
+
+
+def _fail(what, out):
     logs = ""
     for name in sorted(os.listdir(out)):
         if name.endswith(".log"):
             with open(os.path.join(out, name)) as f:
                 logs += f"--- {name}\n{f.read()[-3000:]}\n"
-    raise AssertionError(f"{what}: not within {limit} s\n{logs}")
+    raise AssertionError(f"{what}\n{logs}")
 
 
 def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
@@ -178,7 +187,8 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
         hold_at = kill_at + 4
         for r in range(3):
             procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at)
-        _wait(lambda: any(s >= kill_at for s, _, _ in steps(out, 2)), 120, f"replica 2 at step {kill_at}", out)
+        _wait(lambda: any(s >= kill_at for s, _, _ in steps(out, 2)), 120, f"replica 2 at step {kill_at}", out,
+              alive=list(procs.values()))
         procs[2].send_signal(signal.SIGKILL)
         procs[2].wait()
         killed = time.time()
@@ -186,7 +196,8 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
         def after(r):
             return [s for s in steps(out, r) if s[1] > killed]
 
-        _wait(lambda: all(len(after(r)) >= 2 for r in (0, 1)), 60, "two survivor steps after the kill", out)
+        _wait(lambda: all(len(after(r)) >= 2 for r in (0, 1)), 60, "two survivor steps after the kill", out,
+              alive=[procs[0], procs[1]])
         survivors = after(0)[:2] + after(1)[:2]
         assert all(p == 2 for _, _, p in survivors), ("the survivors' steps after the kill must have 2 "
                                                      "participants", survivors)
@@ -203,9 +214,9 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
             try:
                 procs[r].wait(timeout=120)
             except subprocess.TimeoutExpired:
-                _wait(lambda: False, 0, f"replica {r} to finish", out)
+                _fail(f"replica {r} did not finish within 120 s", out)
             if procs[r].returncode != 0:
-                _wait(lambda: False, 0, f"replica {r} exited with {procs[r].returncode}", out)
+                _fail(f"replica {r} exited with {procs[r].returncode}", out)
         return Run(recovery, step_s, after(0), steps(out, 2)[first_life:])
     finally:
         for p in procs.values():
