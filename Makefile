@@ -164,7 +164,7 @@ cpp-test: sysdeps venv build
 # running) py-test took 537 s this way and 586 s with the fault and host
 # suites in one run: that run was the last to end, while the rest ended at
 # 402 s. Each run's output is in build/logs/py-test-*.log.
-PY_TEST_FAULTS := tests/python/test_faults.py
+PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
