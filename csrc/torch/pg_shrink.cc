@@ -16,12 +16,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -109,26 +104,6 @@ std::vector<std::string> hostAddresses() {
   }
   ::freeifaddrs(all);
   return out;
-}
-
-// Whether a TCP connection to address:port opens within `limit`.
-bool reachable(const std::string& address, uint16_t port, std::chrono::milliseconds limit) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) return false;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-  if (!ok && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof(err);
-    ok = ::poll(&p, 1, int(limit.count())) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-         err == 0;
-  }
-  ::close(fd);
-  return ok;
 }
 
 }  // namespace
@@ -237,28 +212,28 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::shrink(const std::vector<in
     std::vector<std::string> candidates;
     if (topology_.hostOf.at(size_t(first)) == topology_.hostOf.at(size_t(rank_))) candidates.push_back("127.0.0.1");
     candidates.insert(candidates.end(), theirs.addresses.begin(), theirs.addresses.end());
-    std::string host;
+    // A connection that opens and closes unused (a bare TCP probe) made
+    // torch's store server stop serving new clients now and then (seen at
+    // world 8): each address is tried as a store client instead, briefly
+    // unless it is the last.
+    std::string failures;
     withoutGil([&] {
-      for (const std::string& a : candidates) {
-        if (reachable(a, theirs.port, std::chrono::milliseconds(1000))) {
-          host = a;
-          break;
+      for (size_t i = 0; i < candidates.size() && !store; ++i) {
+        c10d::TCPStoreOptions so;
+        so.port = theirs.port;
+        so.waitWorkers = false;
+        so.timeout = i + 1 < candidates.size() ? std::min(timeout, std::chrono::milliseconds(2000)) : timeout;
+        try {
+          store = c10::make_intrusive<c10d::TCPStore>(candidates[i], so);
+          store->setTimeout(timeout);
+        } catch (const c10::Error& e) {
+          failures += "; " + candidates[i] + ": " + e.what_without_backtrace();
         }
       }
     });
-    if (host.empty()) {
-      backendError("rank " + std::to_string(first) + "'s store (port " + std::to_string(theirs.port) +
-                   ") is not reachable at any of its addresses");
-    }
-    c10d::TCPStoreOptions so;
-    so.port = theirs.port;
-    so.waitWorkers = false;
-    so.timeout = timeout;
-    try {
-      withoutGil([&] { store = c10::make_intrusive<c10d::TCPStore>(host, so); });
-    } catch (const std::exception& e) {
-      backendError("connecting to rank " + std::to_string(first) + "'s store at " + host + ":" +
-                   std::to_string(theirs.port) + " failed: " + e.what());
+    if (!store) {
+      backendError("connecting to rank " + std::to_string(first) + "'s store (port " +
+                   std::to_string(theirs.port) + ") failed at every address it has" + failures);
     }
   }
   RINGX_LOG(Info, where << "excluding " << listOf(excluded) << ", this rank becomes rank " << newRank << " of "

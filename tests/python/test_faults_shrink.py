@@ -26,6 +26,9 @@ pytestmark = pytest.mark.skipif(harness.BACKEND != "ringx", reason="shrink_group
 # What leaving a group may cost a rank that is not in its shrunk successor: it must
 # not wait for the survivors (nor they for it).
 DESTROY_S = 2.0
+# shrink_group to a completed collective on the shrunk group: far above what it takes
+# (0.15-0.4 s at world 8 on 2 cores), low enough to catch a wait on the dead.
+LATENCY_BOUND_S = 3.0
 
 
 def raised(res, label, out):
@@ -109,3 +112,18 @@ def test_ddp_survives_two_deaths():
         assert len([e for e in res.records if e["event"] == "compare"]) == 2, out.report()
     # Rank 0 survived the first death: it shrank once and compared nothing before dying.
     assert [e["size"] for e in out[0].records if e["event"] == "shrunk"] == [3], out.report()
+
+
+def test_shrink_latency_world_8():
+    """From shrink_group to the first all_reduce done on the shrunk group, 8 -> 7 ranks:
+    twice on a group of every rank, then on the default group (torch then aborts every
+    other group too).  Logged for docs/failure-semantics.md; bounded loosely here (the
+    issue's target, 50 ms, is not met: see the docs)."""
+    out = launch("shrink_latency.py", 8, FAULT_TIMEOUT, 2)
+    for res in out:
+        assert_clean_exit(res, out)
+    for r in range(7):
+        lat = {e["label"]: e["seconds"] for e in out[r].records if e["event"] == "latency"}
+        assert set(lat) == {"group_0", "group_1", "default"}, out.report()
+        log(f"rank {r}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in lat.items()))
+        assert max(lat.values()) < LATENCY_BOUND_S, out.report()
