@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cstring>
@@ -156,8 +157,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::shrink(const std::vector<in
                                                               : "shrunk by shrink_group");
     });
     if (!shrinkTransport_) {
-      backendError("the group was already aborted or shut down, and its connections with it; a group can be "
-                   "shrunk until then, once");
+      backendError("the group was aborted or shut down before, which closed its connections; shrink a group "
+                   "before aborting or destroying it");
     }
   }
   const uint64_t tag = kShrinkTagBase + shrinkAttempts_++;

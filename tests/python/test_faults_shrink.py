@@ -39,7 +39,8 @@ def raised(res, label, out):
 
 def test_shrink_api():
     """Validation, a disagreement and its retry, what the shrunk group looks like, the
-    flags with an op in flight, two groups shrunk apart, the default group 4 -> 3 -> 2."""
+    flags with an op in flight, two groups shrunk apart, an aborted group, the default
+    group 4 -> 3 -> 2."""
     out = launch("shrink_api.py", 4, FAULT_TIMEOUT)
     for res in out:
         assert_clean_exit(res, out)
@@ -76,6 +77,8 @@ def test_shrink_api():
         assert "SHRINK_ABORT" in in_flight, in_flight
         pending = raised(res, "pending_after_abort", out)["msg"]
         assert "shrunk by shrink_group (SHRINK_ABORT)" in pending, pending
+        assert_ok(res.result("after_abort"), out)
+        assert "aborted or shut down before" in raised(res, "after_abort", out)["msg"], out.report()
         assert_ok(res.result("default_1"), out)
         log(f"rank {r}: shrink 4 -> 3 to a completed all_reduce: "
             f"{1000 * res.event('latency')['seconds']:.0f} ms")

@@ -15,6 +15,7 @@ end, which must not wait on the survivors.
   abort           then SHRINK_ABORT: shrinks, and the pending op fails saying so
   multi           two groups shrunk apart (one by ranks 1-3 excluding 0, one by ranks
                   0 and 3 excluding [1, 2])
+  after_abort     a group aborted before: refused, saying why
   default_1/2     the default group 4 -> 3 -> 2, with new_group on the shrunk world
 """
 
@@ -120,6 +121,12 @@ def body():
         common.attempt("multi_a", lambda: check_all_reduce(dist.shrink_group([0], group=g3), 3))
     if r in (0, 3):
         common.attempt("multi_b", lambda: check_all_reduce(dist.shrink_group([1, 2], group=g4), 2))
+
+    # after_abort: a group aborted first has no connections left to shrink with.
+    g5 = dist.new_group([0, 1, 2, 3], timeout=timeout)
+    g5._get_backend(torch.device("cpu")).abort()
+    if r < 3:
+        expect("after_abort", lambda: dist.shrink_group([3], group=g5), dist.DistBackendError)
 
     # The default group, twice.  Rank 3, then world rank 2 of the shrunk world
     # (global rank 2), leave: each destroys what it holds at once.
