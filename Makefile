@@ -170,7 +170,7 @@ cpp-test: sysdeps venv build
 # 402 s. torchft's replica tests (about 80 s, peers killed and healed) run
 # with the host suites, the shortest run then (303 s against the rest's 611 s,
 # 2026-11-29). Each run's output is in build/logs/py-test-*.log.
-PY_TEST_FAULTS := tests/python/test_faults.py
+PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15

@@ -21,7 +21,8 @@ PYBIND11_MODULE(_C, m) {
              return c10::make_intrusive<ringx::ProcessGroupRingx>(store, rank, size, timeout);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      .def("_bootstrap_store", &ringx::ProcessGroupRingx::bootstrapStore);
 
   // Completion callbacks run Python (future continuations): none may start
   // once the interpreter is being torn down. Queued ones run here, while

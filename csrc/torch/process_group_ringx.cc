@@ -2,7 +2,6 @@
 
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
-#include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,24 +19,11 @@
 #include "torch/exit_safe_release.h"
 #include "torch/staging.h"
 #include "torch/store_adapter.h"
+#include "torch/without_gil.h"
 
 namespace ringx {
 
 namespace {
-
-// Stopping a group joins its threads, and a completion callback on one of
-// them may be waiting for the GIL (a Python continuation): never hold it
-// across the join. Python may call in holding it (destroy_process_group, the
-// last reference dropped, from any thread).
-template <typename Fn>
-void withoutGil(Fn fn) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release nogil;
-    fn();
-  } else {
-    fn();
-  }
-}
 
 [[noreturn]] void throwBackendError(const std::string& what) {
   throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, what);
@@ -161,6 +147,7 @@ ProcessGroupRingx::~ProcessGroupRingx() {
   withoutGil([this] {
     comm_->shutdown();
     comm_.reset();
+    shrinkTransport_.reset();
   });
 }
 

@@ -75,6 +75,17 @@ class ProcessGroupRingx : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
 
+  // dist.shrink_group: a new ringx group over the ranks not excluded, built
+  // over this group's connections without its store (pg_shrink.cc). This
+  // group stops: its ops fail, and it can only be destroyed.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int flags = 0,
+                                           const c10::intrusive_ptr<Options>& opts = nullptr) override;
+  // The store a shrunk group was created on (null for others): alive as long
+  // as a survivor's group is, unlike the parent's, which an excluded rank
+  // may have taken with it.
+  c10::intrusive_ptr<c10d::Store> bootstrapStore() const { return bootstrapStore_; }
+
   // Reductions.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
@@ -328,6 +339,14 @@ class ProcessGroupRingx : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> lastSplitStore_;
   std::vector<int> lastSplitRanks_;
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
+
+  // Shrink: the connections the communicator handed over (kept so that a
+  // failed shrink can be retried), the attempts so far (each exchanges under
+  // a tag of its own) and, in a shrunk group, the store it was built on.
+  std::mutex shrinkMu_;
+  std::unique_ptr<Transport> shrinkTransport_;
+  uint64_t shrinkAttempts_ = 0;
+  c10::intrusive_ptr<c10d::Store> bootstrapStore_;
 };
 
 }  // namespace ringx

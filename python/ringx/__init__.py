@@ -185,11 +185,12 @@ def _register():
 if _load_error is None:
     algorithms = _C.algorithms
     _register()
-    from . import _coalescing, _monitored_barrier, _pg_timeout
+    from . import _coalescing, _monitored_barrier, _pg_timeout, _shrink
 
     _coalescing.install()
     _monitored_barrier.install()
     _pg_timeout.install()
+    _shrink.install()
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

@@ -60,6 +60,7 @@ class CheckingTransport final : public Transport {
   bool arm() override { return inner_->arm(); }
   void checkPeers() override { inner_->checkPeers(); }
   std::vector<int> failedPeers() const override { return inner_->failedPeers(); }
+  void forgetPending() override { inner_->forgetPending(); }
 
   std::atomic<int> cancelsInsideCallbacks{0};
   std::atomic<int> cancels{0};

@@ -135,6 +135,7 @@ void Communicator::submit(std::unique_ptr<Op> op) {
                                           "; create a new group to communicate again");
     }
     submitted_.push_back(std::move(op));
+    inFlight_.fetch_add(1);
   }
   // A small op on an idle communicator runs inline, as far as it goes
   // without waiting and for at most one spin budget: an asynchronous call
@@ -244,6 +245,17 @@ void Communicator::abort(const std::string& why) {
   // The progress thread posted its last callbacks before it ended: these run
   // now, and none after this returns.
   callbacks_.stop();
+}
+
+std::unique_ptr<Transport> Communicator::release(const std::string& why) {
+  if (forkedChild()) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keepTransport_ = true;
+  }
+  abort(why);
+  std::lock_guard<std::mutex> pl(progressMu_);
+  return std::move(transport_);
 }
 
 void Communicator::shutdown() {
@@ -481,6 +493,7 @@ bool Communicator::wantsCallbacks(Active& a) {
 
 void Communicator::finish(Active& a) {
   a.ended = true;
+  inFlight_.fetch_sub(1);
   publish(a, nullptr);
   if (wantsCallbacks(a)) {
     auto cb = std::move(a.op->onCallbacks);
@@ -493,6 +506,7 @@ void Communicator::finish(Active& a) {
 void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std::vector<int> awaited) {
   if (a.ended) return;
   a.ended = true;
+  inFlight_.fetch_sub(1);
   a.cancelTransfers = !a.inflight.empty();
   cancelPending_ |= a.cancelTransfers;
   Error err(kind, prefix(*a.op) + what, std::move(awaited));
@@ -904,8 +918,21 @@ void Communicator::progressLoop() {
              " while this operation was pending");
   }
   // Destroying the transport cancels and closes everything it still holds,
-  // after which no buffer of any op is referenced and the ops can go.
-  transport_.reset();
+  // after which no buffer of any op is referenced and the ops can go. A
+  // transport handed over (release) only forgets them: a cancelled receive
+  // that a peer's rendezvous already matched may still write into its
+  // buffer, which is why a group is shrunk only once its ops have ended or
+  // the caller asked to abort them.
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep = keepTransport_;
+  }
+  if (keep) {
+    transport_->forgetPending();
+  } else {
+    transport_.reset();
+  }
   for (auto& a : active_) tellFailure(*a, true);
   active_.clear();
   closed_ = true;

@@ -110,6 +110,15 @@ class Communicator {
   // The error that poisoned the communicator, if any.
   std::optional<Error> error() const;
 
+  // Ops submitted and not yet ended (completed or failed).
+  int opsInFlight() const { return inFlight_.load(); }
+
+  // Stops like abort(why), but hands the transport over instead of closing
+  // it, with nothing of this communicator's ops left in it: the connections
+  // then serve a group shrunk from this one. Null when the communicator was
+  // already stopped (the transport is gone).
+  std::unique_ptr<Transport> release(const std::string& why);
+
  private:
   struct Active;
 
@@ -185,7 +194,9 @@ class Communicator {
   std::optional<Error> error_;
   std::atomic<bool> stopping_{false};
   bool drain_ = false;
+  bool keepTransport_ = false;  // release(): the progress thread leaves the transport open
   std::string abortReason_;
+  std::atomic<int> inFlight_{0};
 
   // Whoever holds progressMu_ progresses; everything below up to the
   // creator pid is touched only by that thread.

@@ -81,6 +81,11 @@ class Transport {
 
   // Peers whose connection failed, in rank order.
   virtual std::vector<int> failedPeers() const = 0;
+
+  // Whoever posted the pending transfers is gone, but the transport lives on
+  // for a new owner (a group shrunk from this one): receives are cancelled,
+  // and no callback of a transfer posted so far runs any more.
+  virtual void forgetPending() = 0;
 };
 
 }  // namespace ringx

@@ -191,6 +191,13 @@ class LoopbackTransport final : public Transport {
     return self.completions.empty();
   }
 
+  void forgetPending() override {
+    Mailbox& self = fabric_->boxes[rank_];
+    std::lock_guard<std::mutex> lock(self.mu);
+    self.posted.clear();
+    self.completions.clear();
+  }
+
   std::vector<int> failedPeers() const override {
     std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {

@@ -188,12 +188,7 @@ class UcxTransport final : public Transport {
 
   ~UcxTransport() override {
     // Whoever posted these is gone: their completions must not run.
-    std::vector<void*> requests;
-    for (auto& [id, pending] : pending_) {
-      pending->done = nullptr;
-      if (pending->request) requests.push_back(pending->request);
-    }
-    for (void* req : requests) ucp_request_cancel(worker_, req);
+    forgetPending();
     // Sends that completed locally may still be on their way (eager
     // messages): flush every live endpoint first, for a bounded time, so that
     // a rank leaving right after its last collective does not take the
@@ -320,6 +315,15 @@ class UcxTransport final : public Transport {
     for (int p = 0; p < size_; ++p) {
       if (!failed_[p] && localPeerGone(p)) peerFailed(p);
     }
+  }
+
+  void forgetPending() override {
+    std::vector<void*> requests;
+    for (auto& [id, pending] : pending_) {
+      pending->done = nullptr;
+      if (pending->request) requests.push_back(pending->request);
+    }
+    for (void* req : requests) ucp_request_cancel(worker_, req);
   }
 
   std::vector<int> failedPeers() const override {
