@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""How long training stops when a replica dies (issue 43): torchft on ringx against
-torchft on gloo, in one run.
+"""How long training stops when a rank dies (issue 43): dist.shrink_group on ringx,
+and torchft on ringx against torchft on gloo, in one run, in turns.
 
-    python benchmarks/recovery.py                       # 3 repeats of each backend
-    python benchmarks/recovery.py --backends ringx --repeats 5 --json out.json
+    python benchmarks/recovery.py                       # 3 repeats of each mode
+    python benchmarks/recovery.py --modes shrink,ringx --repeats 5 --json out.json
 
-Each repeat is tools/torchft_replicas.py's run: three replica processes (DDP on a
-small model, torchft's Manager, a lighthouse with a 1 s heartbeat timeout), replica 2
-SIGKILLed after its 4th committed step, the other two training on without it, a
-replacement that heals from them, all three to step 14 with equal final states.
+``shrink``: examples/elastic_ddp.py, 4 ranks of DDP under the example's own launcher;
+global rank 2 SIGKILLs itself in step 10, the survivors shrink the default group and
+train to step 20 on 3 ranks.
 
-  recovery   from the kill to the survivors' first committed step after it
-  step       the survivors' median time per committed step before the kill (0.05 s
-             of it is the replicas' stand-in for compute)
+The torchft modes are tools/torchft_replicas.py's run: three replica processes (DDP
+on a small model, torchft's Manager, a lighthouse with a 1 s heartbeat timeout),
+replica 2 SIGKILLed after its 4th committed step, the other two training on without
+it, a replacement that heals from them, all three to step 14 with equal final states.
 
-Backends: ``ringx`` (ringx.torchft.ProcessGroupRingx), ``gloo`` (torchft 0.2's own
+  recovery   from the kill to the survivors' first completed step after it
+  step       the survivors' median time per step before the kill (torchft: 0.05 s of
+             it is the replicas' stand-in for compute, and each step runs a quorum)
+
+torchft modes: ``ringx`` (ringx.torchft.ProcessGroupRingx), ``gloo`` (torchft 0.2's own
 ProcessGroupGloo: when a peer dies mid-allreduce, gloo's wait() raises and torchft's
 DDP hook then fails an assertion, so the survivors crash; the run records that),
 ``gloo-reporting`` (torchft's gloo with ringx.torchft.AbortOnFailure, whose wait()
@@ -26,6 +30,7 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -34,25 +39,42 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import torchft_replicas  # noqa: E402
 
+MODES = ["shrink"] + torchft_replicas.BACKENDS
+
+
+def run_shrink(out):
+    """kill -> the survivors' next step, through examples/elastic_ddp.py."""
+    progress = os.path.join(out, "progress.txt")
+    r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "elastic_ddp.py"), "--nproc", "4",
+                        "--steps", "20", "--kill", "2@10", "--progress", progress],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(f"elastic_ddp.py exited with {r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
+    lines = [line.split() for line in open(progress)]
+    killed = next(float(x[2]) for x in lines if x[1] == "dying")
+    after = [float(x[3]) for x in lines if x[1] == "step" and float(x[3]) > killed]
+    before = sorted(float(x[3]) for x in lines if x[1] == "step" and x[0] == "1" and float(x[3]) < killed)
+    return torchft_replicas.Run(min(after) - killed, statistics.median(b - a for a, b in zip(before, before[1:])),
+                                [], [])
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backends", default="ringx,gloo-reporting,gloo",
-                   help=f"comma-separated, from {', '.join(torchft_replicas.BACKENDS)}")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default=None, help="output JSON (default bench-results/recovery-<time>.json)")
     a = p.parse_args(argv)
-    backends = [b.strip() for b in a.backends.split(",") if b.strip()]
-    bad = [b for b in backends if b not in torchft_replicas.BACKENDS]
+    modes = [b.strip() for b in a.modes.split(",") if b.strip()]
+    bad = [b for b in modes if b not in MODES]
     if bad:
-        p.error(f"unknown backend(s) {bad}")
+        p.error(f"unknown mode(s) {bad}")
 
-    runs = {b: [] for b in backends}
+    runs = {b: [] for b in modes}
     for repeat in range(a.repeats):
-        for b in backends:  # in turns, so a slow patch of the machine hits every backend
+        for b in modes:  # in turns, so a slow patch of the machine hits every mode
             with tempfile.TemporaryDirectory(prefix=f"ringx-recovery-{b}-") as out:
                 try:
-                    r = torchft_replicas.run_kill_and_heal(out, b)
+                    r = run_shrink(out) if b == "shrink" else torchft_replicas.run_kill_and_heal(out, b)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
                 except AssertionError as err:
                     runs[b].append({"ok": False, "error": str(err).splitlines()[0]})
@@ -61,9 +83,9 @@ def main(argv=None):
                                                  f"{last['step_s'] * 1e3:.0f} ms" if last["ok"] else
                                                  f"failed: {last['error']}"), flush=True)
 
-    print("\n| backend | runs ok | recovery s (min / median / max) | step ms (median of runs) |")
+    print("\n| mode | runs ok | recovery s (min / median / max) | step ms (median of runs) |")
     print("|---|---|---|---|")
-    for b in backends:
+    for b in modes:
         ok = [r for r in runs[b] if r["ok"]]
         if ok:
             rec = sorted(r["recovery_s"] for r in ok)

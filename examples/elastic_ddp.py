@@ -1,0 +1,159 @@
+"""DDP that keeps training when ranks die: dist.shrink_group on ringx, no restart.
+
+    python examples/elastic_ddp.py --nproc 4 --steps 60 --kill 2@20 --kill 0@40
+
+torchrun's agent stops every local worker as soon as one dies, so the survivors
+would never get to shrink under it. This example is its own launcher, one that
+keeps survivors: it hosts the job's store, starts the ranks, and when a rank's
+process ends it tells the others which ranks are gone (the store key
+``elastic/gone``). Each rank trains a small MLP with DDP; `--kill R@S` makes
+global rank R kill itself (SIGKILL) in the middle of step S. The survivors'
+backward then raises, they read who is gone, call
+
+    group = dist.shrink_group(gone)        # the new default group, renumbered
+
+rebuild DDP on it, and go on from the step that failed, their parameters and
+optimizer state as they were (the failed step changed neither: DDP's reducer
+raises before the optimizer steps). No rank reloads a checkpoint and nobody
+rendezvouses again: the survivors build the smaller group from the connections
+they had (docs/failure-semantics.md, "Shrinking a group").
+
+The launcher prints each death and each rank's last loss; it exits non-zero if a
+survivor failed or the survivors' parameters differ at the end.
+"""
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
+
+GONE_KEY = "elastic/gone"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(rank, world, port, steps, kills, results, progress):
+    # The launcher's store is the job's, as torchrun's agent's is: every rank
+    # is a client of it, so it outlives any rank.
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), TORCHELASTIC_USE_AGENT_STORE="True")
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import ringx  # noqa: F401  registers backend "ringx"
+
+    dist.init_process_group("ringx", timeout=datetime.timedelta(seconds=30))
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = DDP(model)
+    gone = set()
+    step = 0
+    while step < steps:
+        g = torch.Generator().manual_seed(1000 * step + dist.get_rank())
+        x, y = torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        try:
+            loss = F.cross_entropy(ddp(x), y)
+            if kills.get(rank) == step:
+                _note(progress, f"{rank} dying {time.time()}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            loss.backward()
+        except dist.DistBackendError as err:
+            # Who is gone comes from the launcher, which saw the processes end.
+            deadline = time.monotonic() + 30
+            while not (now := _gone(store)) - gone and time.monotonic() < deadline:
+                time.sleep(0.01)
+            new = sorted(now - gone)
+            if not new:
+                raise RuntimeError(f"rank {rank}: a collective failed and no rank is gone: {err}") from err
+            # shrink_group takes ranks of the group it shrinks: the default
+            # group's, whose numbering changed with each shrink.
+            ranks = dist.get_process_group_ranks(dist.group.WORLD)
+            start = time.perf_counter()
+            dist.shrink_group([ranks.index(r) for r in new])
+            took = time.perf_counter() - start
+            gone = now
+            sys.stdout.write(f"[rank {rank}] step {step}: ranks {new} died; shrink_group took {took * 1e3:.0f} ms; "
+                             f"training on {dist.get_world_size()} ranks as rank {dist.get_rank()}\n")
+            sys.stdout.flush()
+            ddp = DDP(model)
+            continue
+        opt.step()
+        step += 1
+        _note(progress, f"{rank} step {step} {time.time()}")
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    loss = loss.detach()
+    results.put((rank, loss.item(), flat.numpy().tobytes()))
+    dist.destroy_process_group()
+
+
+def _note(progress, line):
+    if progress:
+        with open(progress, "a") as f:
+            f.write(line + "\n")
+
+
+def _gone(store):
+    if not store.check([GONE_KEY]):
+        return set()
+    return {int(r) for r in store.get(GONE_KEY).decode().split(",") if r}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--kill", action="append", default=[], metavar="RANK@STEP",
+                   help="global rank RANK kills itself in step STEP (repeatable)")
+    p.add_argument("--progress", default="", metavar="FILE",
+                   help="append '<rank> step <n> <time>' after each step, '<rank> dying <time>' before a kill")
+    a = p.parse_args()
+    kills = {int(r): int(s) for r, s in (k.split("@") for k in a.kill)}
+
+    import torch.distributed as dist
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = {r: ctx.Process(target=rank_main, args=(r, a.nproc, port, a.steps, kills, results, a.progress))
+             for r in range(a.nproc)}
+    for proc in procs.values():
+        proc.start()
+    gone, done = set(), {}
+    deadline = time.monotonic() + 600
+    while len(gone) + len(done) < a.nproc and time.monotonic() < deadline:
+        while not results.empty():
+            r, loss, params = results.get()
+            done[r] = (loss, params)
+        for r, proc in procs.items():
+            if r not in gone and r not in done and proc.exitcode is not None and proc.exitcode != 0:
+                gone.add(r)
+                store.set(GONE_KEY, ",".join(map(str, sorted(gone))))
+                print(f"[launcher] rank {r} died (exit code {proc.exitcode})", flush=True)
+        time.sleep(0.02)
+    for proc in procs.values():
+        proc.join(timeout=30)
+    survivors = sorted(set(procs) - gone)
+    ok = sorted(done) == survivors and len({params for _, params in done.values()}) == 1
+    for r in sorted(done):
+        print(f"[launcher] rank {r}: final loss {done[r][0]:.4f}")
+    print(f"[launcher] {len(survivors)} of {a.nproc} ranks finished "
+          + ("with equal parameters" if ok else "WRONG: missing ranks or parameters that differ"))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
