@@ -130,3 +130,19 @@ def test_shrink_latency_world_8():
         assert set(lat) == {"group_0", "group_1", "default"}, out.report()
         log(f"rank {r}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in lat.items()))
         assert max(lat.values()) < LATENCY_BOUND_S, out.report()
+
+
+def test_elastic_ddp_example():
+    """examples/elastic_ddp.py, as the README runs it: its own launcher, ranks 2 then 0
+    killed, the last two finish."""
+    import subprocess
+
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "examples", "elastic_ddp.py")
+    cmd = [sys.executable, example, "--nproc", "4", "--steps", "12", "--kill", "2:4", "--kill", "0:8",
+           "--port", str(common.free_port())]
+    run = subprocess.run(cmd, env=common.base_env(), capture_output=True, text=True, timeout=LAUNCH_LIMIT)
+    text = run.stdout + run.stderr
+    assert run.returncode == 0, text[-6000:]
+    assert "exit codes: [-9, 0, -9, 0]" in text, text[-6000:]
+    assert "done: 12 steps, 2 ranks left" in text, text[-6000:]
