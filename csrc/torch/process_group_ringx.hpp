@@ -30,8 +30,8 @@
 // The methods are spread over files by kind: reductions
 // (pg_reductions.cc), sparse all_reduce (pg_sparse.cc), data movement
 // (pg_data_movement.cc), point-to-point (pg_p2p.cc), coalescing
-// (pg_coalescing.cc) and synchronisation plus plumbing
-// (process_group_ringx.cc).
+// (pg_coalescing.cc), shrinking (pg_shrink.cc) and synchronisation plus
+// plumbing (process_group_ringx.cc).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

@@ -130,3 +130,4 @@ def test_shrink_latency_world_8():
         assert set(lat) == {"group_0", "group_1", "default"}, out.report()
         log(f"rank {r}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in lat.items()))
         assert max(lat.values()) < LATENCY_BOUND_S, out.report()
+

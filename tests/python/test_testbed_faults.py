@@ -3,6 +3,7 @@ all_reduce until one host's link is taken down without a word (a pulled cable: n
 reset reaches anyone) or all of one host's processes are SIGKILLed at once (a machine
 dying). Every rank that lives must raise, naming a timeout or the closed peer, within
 twice the group's timeout of the fault; none may hang, crash or return a wrong sum.
+When a host dies, its survivors can also shrink the group and go on.
 
 Needs root (namespaces) and iproute2, which `make test` installs."""
 
@@ -26,7 +27,7 @@ HOSTS, PER_HOST = 2, 2
 WORLD = HOSTS * PER_HOST
 
 
-def _run(fault, survivors, idle_s=0.0):
+def _run(fault, survivors, idle_s=0.0, env=None):
     """Starts the job, applies `fault(tb)` once every rank is in its loop, and returns
     (seconds from the fault to each survivor's error, each survivor's result, logs)."""
     with tempfile.TemporaryDirectory(prefix="ringx-faults-") as out, testbed.Testbed(HOSTS) as tb:
@@ -48,7 +49,7 @@ def _run(fault, survivors, idle_s=0.0):
         injector.start()
         codes, logs = tb.torchrun(PER_HOST, os.path.join(HERE, "testbed_fault_rank.py"),
                                   env={"FAULT_DIR": out, "FAULT_TIMEOUT_S": str(TIMEOUT_S),
-                                       "FAULT_IDLE_S": str(idle_s)},
+                                       "FAULT_IDLE_S": str(idle_s), **(env or {})},
                                   timeout=180, done=lambda: ready("result"))
         injector.join(timeout=5)
         text = "\n".join(logs)
@@ -91,3 +92,15 @@ def test_every_rank_raises_within_twice_the_timeout_when_a_link_goes_down_betwee
 def test_the_other_hosts_ranks_raise_within_twice_the_timeout_when_a_host_dies():
     delays, results, text = _run(lambda tb: tb.kill_host(1), survivors=range(PER_HOST))
     _check(delays, results, text, ("closed", "Timed out"))
+
+
+def test_the_other_hosts_ranks_shrink_the_group_and_go_on_when_a_host_dies():
+    """After the error, ranks 0 and 1 dist.shrink_group([2, 3]) and all_reduce on the
+    group of two, and on a new_group made from it."""
+    delays, results, text = _run(lambda tb: tb.kill_host(1), survivors=range(PER_HOST), env={"FAULT_SHRINK": "2,3"})
+    _check(delays, results, text, ("closed", "Timed out"))
+    for r, res in results.items():
+        shrunk = res.get("shrunk")
+        assert shrunk and "error" not in shrunk, f"rank {r}: {res}\n{text[-4000:]}"
+        assert (shrunk["size"], shrunk["sum"]) == (2, 4.0), f"rank {r}: {res}"
+        print(f"rank {r}: shrank and went on {1000 * shrunk['seconds']:.0f} ms after its error")

@@ -33,6 +33,18 @@ try:
 except Exception as e:  # noqa: BLE001 - the error is what the test checks
     result["error"] = f"{type(e).__name__}: {e}"
 result["at"] = time.time()
+if os.environ.get("FAULT_SHRINK"):
+    # Go on without the dead: shrink the default group, then all_reduce on it and on a
+    # group made from it (whose store is the survivors').
+    try:
+        dist.shrink_group([int(r) for r in os.environ["FAULT_SHRINK"].split(",")])
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        sub = dist.new_group(list(range(dist.get_world_size())))
+        dist.all_reduce(t, group=sub)
+        result["shrunk"] = {"size": dist.get_world_size(), "sum": t[0].item(), "seconds": time.time() - result["at"]}
+    except Exception as e:  # noqa: BLE001
+        result["shrunk"] = {"error": f"{type(e).__name__}: {e}"}
 with open(os.path.join(out, f"result.{rank}.tmp"), "w") as f:
     json.dump(result, f)
 os.rename(os.path.join(out, f"result.{rank}.tmp"), os.path.join(out, f"result.{rank}"))
