@@ -85,10 +85,16 @@ DType toDType(const CallContext& c, at::ScalarType t) {
     case at::kInt: return DType::I32;
     case at::kLong: return DType::I64;
     case at::kBool: return DType::Bool;
+    case at::kUInt16: return DType::U16;
+    case at::kUInt32: return DType::U32;
+    case at::kUInt64: return DType::U64;
+    case at::kFloat8_e4m3fn: return DType::F8E4M3;
+    case at::kFloat8_e5m2: return DType::F8E5M2;
     default:
       throwTypeError(c, "dtype " + std::string(c10::toString(t)) +
-                            " is not supported (supported: float32, float64, float16, bfloat16, int8, uint8, "
-                            "int16, int32, int64, bool, and complex for SUM/AVG)");
+                            " is not supported (supported: float32, float64, float16, bfloat16, float8_e4m3fn, "
+                            "float8_e5m2, int8, uint8, int16, uint16, int32, uint32, int64, uint64, bool, and "
+                            "complex for SUM/AVG)");
   }
 }
 

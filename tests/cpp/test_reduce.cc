@@ -77,6 +77,65 @@ uint16_t refEncode(const Format16& f, double x) {
   return sign | static_cast<uint16_t>((e + f.bias()) << f.mantBits) | m;
 }
 
+// ---- reference 8-bit float formats ------------------------------------------
+
+// float8_e5m2 has float16's infinities and NaN; float8_e4m3fn has neither an
+// infinity nor any NaN but S.1111.111, and its largest value is 448.
+struct Format8 {
+  int mantBits;
+  int expBits;
+  bool ieeeSpecials;
+  int bias() const { return (1 << (expBits - 1)) - 1; }
+};
+
+constexpr Format8 kE4M3{3, 4, false};
+constexpr Format8 kE5M2{2, 5, true};
+
+double refDecode8(const Format8& f, uint8_t bits) {
+  const bool neg = bits >> 7;
+  const int e = (bits >> f.mantBits) & ((1 << f.expBits) - 1);
+  const int m = bits & ((1 << f.mantBits) - 1);
+  const int topE = (1 << f.expBits) - 1, topM = (1 << f.mantBits) - 1;
+  double v;
+  if (f.ieeeSpecials && e == topE) {
+    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else if (!f.ieeeSpecials && e == topE && m == topM) {
+    v = std::numeric_limits<double>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(m, 1 - f.bias() - f.mantBits);
+  } else {
+    v = std::ldexp((1 << f.mantBits) + m, e - f.bias() - f.mantBits);
+  }
+  return neg ? -v : v;
+}
+
+// The nearest of the format's finite values by search, ties to the even code;
+// past the largest finite value by half its ulp or more (e4m3fn: more), an
+// infinity (e5m2) or NaN (e4m3fn), as torch's casts give.
+uint8_t refEncode8(const Format8& f, double x) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double ax = std::fabs(x);
+  int best = -1;
+  double maxFinite = 0, below = 0;
+  for (int c = 0; c < 0x80; ++c) {
+    const double v = refDecode8(f, uint8_t(c));
+    if (std::isnan(v) || std::isinf(v)) continue;
+    if (v > maxFinite) below = maxFinite, maxFinite = v;
+    if (best < 0) {
+      best = c;
+      continue;
+    }
+    const double d = std::fabs(v - ax), bd = std::fabs(refDecode8(f, uint8_t(best)) - ax);
+    if (d < bd || (d == bd && c % 2 == 0)) best = c;
+  }
+  const double half = (maxFinite - below) / 2;
+  if (f.ieeeSpecials ? ax >= maxFinite + half : ax > maxFinite + half) {
+    return sign | (f.ieeeSpecials ? uint8_t(((1 << f.expBits) - 1) << f.mantBits) : uint8_t(0x7F));
+  }
+  return sign | uint8_t(best);
+}
+
 // ---- reference element semantics per dtype ----------------------------------
 
 // S: storage; V: the value the reference computes with (float32 for 16-bit
@@ -98,6 +157,9 @@ template <> struct Ref<DType::U8> : Plain<uint8_t, uint8_t> {};
 template <> struct Ref<DType::I16> : Plain<int16_t, int16_t> {};
 template <> struct Ref<DType::I32> : Plain<int32_t, int32_t> {};
 template <> struct Ref<DType::I64> : Plain<int64_t, int64_t> {};
+template <> struct Ref<DType::U16> : Plain<uint16_t, uint16_t> {};
+template <> struct Ref<DType::U32> : Plain<uint32_t, uint32_t> {};
+template <> struct Ref<DType::U64> : Plain<uint64_t, uint64_t> {};
 
 template <const Format16& F>
 struct Ref16 {
@@ -108,6 +170,16 @@ struct Ref16 {
 };
 template <> struct Ref<DType::F16> : Ref16<kHalf> {};
 template <> struct Ref<DType::BF16> : Ref16<kBFloat> {};
+
+template <const Format8& F>
+struct Ref8 {
+  using S = uint8_t;
+  using V = float;
+  static V decode(S s) { return static_cast<float>(refDecode8(F, s)); }
+  static S encode(V v) { return refEncode8(F, v); }
+};
+template <> struct Ref<DType::F8E4M3> : Ref8<kE4M3> {};
+template <> struct Ref<DType::F8E5M2> : Ref8<kE5M2> {};
 
 template <>
 struct Ref<DType::Bool> {
@@ -151,7 +223,8 @@ V refCombine(ReduceOp op, V a, V b) {
 }
 
 constexpr bool expectSupported(DType d, ReduceOp op) {
-  const bool floating = d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16;
+  const bool floating = d == DType::F32 || d == DType::F64 || d == DType::F16 || d == DType::BF16 ||
+                        d == DType::F8E4M3 || d == DType::F8E5M2;
   switch (op) {
     case ReduceOp::BAnd:
     case ReduceOp::BOr:
@@ -185,7 +258,7 @@ typename Ref<D>::S randomElem(std::mt19937_64& rng) {
   using S = typename Ref<D>::S;
   std::uniform_int_distribution<int> pct(0, 99);
   const int p = pct(rng);
-  if constexpr (D == DType::F16 || D == DType::BF16) {
+  if constexpr (D == DType::F16 || D == DType::BF16 || D == DType::F8E4M3 || D == DType::F8E5M2) {
     // Half arbitrary bit patterns (NaN, infinity, subnormals, huge values),
     // half values near 1 whose sums and products need rounding.
     if (p < 50) return static_cast<S>(rng());
@@ -338,7 +411,7 @@ void checkReduceN(ReduceOp op, std::mt19937_64& rng) {
       for (size_t i = 0; i < len; ++i) {
         typename R::V acc = R::decode(bufs[0][at(0) + i]);
         for (int k = 1; k < nsrc; ++k) acc = refCombine(op, acc, R::decode(bufs[k][at(k) + i]));
-        folded[i] = R::encode(acc);  // 16-bit floats round once, at the end
+        folded[i] = R::encode(acc);  // 16- and 8-bit floats round once, at the end
       }
       const auto expect = [&](auto base, size_t dOff) {
         std::copy(folded.begin(), folded.end(), base.begin() + dOff);

@@ -31,8 +31,8 @@ def _n(group):
     return dist.get_world_size(group)
 
 
-def all_reduce_uint32(g):
-    dist.all_reduce(torch.ones(4, dtype=torch.uint32), group=g)
+def all_reduce_float8_fnuz(g):
+    dist.all_reduce(torch.ones(4).to(torch.float8_e4m3fnuz), group=g)
 
 
 def all_reduce_complex_max(g):
@@ -155,7 +155,8 @@ _VE, _TE, _RE = "ValueError", "TypeError", "RuntimeError"
 
 MISUSE = [
     # key, what the user did, where, fn, accepted exception types, words in the message
-    ("dtype_uint32", "all_reduce of a torch.uint32 tensor", "all", all_reduce_uint32, (_TE,), ("dtype",)),
+    ("dtype_float8_fnuz", "all_reduce of a torch.float8_e4m3fnuz tensor", "all", all_reduce_float8_fnuz, (_TE,),
+     ("dtype",)),
     ("complex_max", "all_reduce(MAX) of a complex tensor", "all", all_reduce_complex_max, (_TE, _VE, _RE),
      ("complex",)),
     ("band_float", "all_reduce(BAND) of a float32 tensor", "all", all_reduce_band_float, (_TE,), ("BAND",)),

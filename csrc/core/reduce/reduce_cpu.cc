@@ -127,16 +127,17 @@ void reduceNLoop(void* dst, const void* const* srcs, int nsrc, size_t count) {
 // bfloat16 converts cheaply (a shift in, an add and a shift out), so its
 // two-buffer loops convert inline, one pass instead of three; only its n-way
 // reduce takes the block path, which GCC vectorises better than mixed-type
-// loops over many sources.
+// loops over many sources. The 8-bit floats take it too, so that an n-way
+// reduce accumulates in float32 and rounds once, as NCCL's does.
 constexpr size_t kHalfBlock = kBlockBytes / sizeof(float);
 
 template <DType D>
-RINGX_CPU_CLONES void widenPortable(float* out, const uint16_t* in, size_t n) {
+RINGX_CPU_CLONES void widenPortable(float* out, const typename Elem<D>::Storage* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Elem<D>::load(in[i]);
 }
 
 template <DType D>
-RINGX_CPU_CLONES void narrowPortable(uint16_t* out, const float* in, size_t n) {
+RINGX_CPU_CLONES void narrowPortable(typename Elem<D>::Storage* out, const float* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Elem<D>::store(in[i]);
 }
 
@@ -172,7 +173,7 @@ void floatToHalfBlock(uint16_t* out, const float* in, size_t n) { narrowPortable
 
 template <DType D>
 void widen(float* out, const void* in, size_t offset, size_t n) {
-  const uint16_t* p = static_cast<const uint16_t*>(in) + offset;
+  const auto* p = static_cast<const typename Elem<D>::Storage*>(in) + offset;
   if constexpr (D == DType::F16) {
     halfToFloatBlock(out, p, n);
   } else {
@@ -182,7 +183,7 @@ void widen(float* out, const void* in, size_t offset, size_t n) {
 
 template <DType D>
 void narrow(void* out, size_t offset, const float* in, size_t n) {
-  uint16_t* p = static_cast<uint16_t*>(out) + offset;
+  auto* p = static_cast<typename Elem<D>::Storage*>(out) + offset;
   if constexpr (D == DType::F16) {
     floatToHalfBlock(p, in, n);
   } else {
@@ -254,7 +255,7 @@ struct PickReduce2 {
 template <DType D, ReduceOp O>
 struct PickReduceN {
   static constexpr ReduceNFn get() {
-    if constexpr (D == DType::F16 || D == DType::BF16) return &reduceN16<D, O>;
+    if constexpr (D == DType::F16 || D == DType::BF16 || isFloat8(D)) return &reduceN16<D, O>;
     else return &reduceNLoop<D, O>;
   }
 };

@@ -27,7 +27,7 @@
 namespace ringx::reduce {
 
 // The tables below index arrays by enum value.
-static_assert(static_cast<int>(DType::Bool) + 1 == kNumDTypes);
+static_assert(static_cast<int>(DType::F8E5M2) + 1 == kNumDTypes);
 static_assert(static_cast<int>(ReduceOp::BXor) + 1 == kNumReduceOps);
 
 RINGX_HD inline uint32_t floatToBits(float f) {
@@ -102,9 +102,49 @@ RINGX_HD inline uint16_t floatToBf16(float f) {
   return static_cast<uint16_t>(selectBits((u & 0x7FFFFFFFu) > 0x7F800000u, nan, rounded));
 }
 
+// The 8-bit floats round as torch's casts do (to nearest, ties to even, by the
+// same add-and-shift as floatToHalf; subnormals by adding a float whose ulp is
+// the format's subnormal step). float8_e4m3fn has no infinity: anything at or
+// past 480 (halfway above its largest value, 448), infinities and NaN become
+// its NaN, S.1111.111. float8_e5m2 is the top byte of a float16, with float16's
+// infinities and NaN.
+RINGX_HD inline float e4m3ToFloat(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t em = v & 0x7Fu;
+  const uint32_t normal = (em << 20) + ((127u - 7u) << 23);
+  const uint32_t subnormal = floatToBits(static_cast<float>(em) * 0.001953125f);  // em * 2^-9, exact
+  const uint32_t mag = selectBits(em == 0x7Fu, 0x7FC00000u, selectBits(em >= 0x08u, normal, subnormal));
+  return bitsToFloat(sign | mag);
+}
+
+RINGX_HD inline uint8_t floatToE4m3(float f) {
+  const uint32_t u = floatToBits(f);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  const uint32_t normal = (a + ((7u - 127u) << 23) + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+  const uint32_t magic = 141u << 23;  // 2^14, whose ulp is 2^-9
+  const uint32_t subnormal = floatToBits(bitsToFloat(a) + bitsToFloat(magic)) - magic;
+  const uint32_t mag = selectBits(a >= 0x43F00000u, 0x7Fu, selectBits(a < (121u << 23), subnormal, normal));
+  return static_cast<uint8_t>(sign | mag);
+}
+
+RINGX_HD inline float e5m2ToFloat(uint8_t v) { return halfToFloat(static_cast<uint16_t>(v << 8)); }
+
+RINGX_HD inline uint8_t floatToE5m2(float f) {
+  const uint32_t u = floatToBits(f);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  const uint32_t normal = (a + ((15u - 127u) << 23) + 0xFFFFFu + ((a >> 21) & 1u)) >> 21;
+  const uint32_t magic = 134u << 23;  // 2^7, whose ulp is 2^-16
+  const uint32_t subnormal = floatToBits(bitsToFloat(a) + bitsToFloat(magic)) - magic;
+  const uint32_t infOrNan = a > 0x7F800000u ? 0x7Fu : 0x7Cu;
+  const uint32_t mag = selectBits(a >= (143u << 23), infOrNan, selectBits(a < (113u << 23), subnormal, normal));
+  return static_cast<uint8_t>(sign | mag);
+}
+
 // Elem<D>: Storage is the element as it lies in memory, Acc the type the ops
-// compute in; load/store convert between them. 16-bit floats compute in
-// float32. bool loads as 0 or 1 (any nonzero byte counts as true) and is
+// compute in; load/store convert between them. 16- and 8-bit floats compute
+// in float32. bool loads as 0 or 1 (any nonzero byte counts as true) and is
 // combined bitwise (see OpFor), so results are always 0 or 1.
 template <DType D>
 struct Elem;
@@ -124,6 +164,9 @@ template <> struct Elem<DType::U8> : PlainElem<uint8_t> {};
 template <> struct Elem<DType::I16> : PlainElem<int16_t> {};
 template <> struct Elem<DType::I32> : PlainElem<int32_t> {};
 template <> struct Elem<DType::I64> : PlainElem<int64_t> {};
+template <> struct Elem<DType::U16> : PlainElem<uint16_t> {};
+template <> struct Elem<DType::U32> : PlainElem<uint32_t> {};
+template <> struct Elem<DType::U64> : PlainElem<uint64_t> {};
 
 template <>
 struct Elem<DType::F16> {
@@ -139,6 +182,22 @@ struct Elem<DType::BF16> {
   using Acc = float;
   RINGX_HD static float load(uint16_t v) { return bf16ToFloat(v); }
   RINGX_HD static uint16_t store(float v) { return floatToBf16(v); }
+};
+
+template <>
+struct Elem<DType::F8E4M3> {
+  using Storage = uint8_t;
+  using Acc = float;
+  RINGX_HD static float load(uint8_t v) { return e4m3ToFloat(v); }
+  RINGX_HD static uint8_t store(float v) { return floatToE4m3(v); }
+};
+
+template <>
+struct Elem<DType::F8E5M2> {
+  using Storage = uint8_t;
+  using Acc = float;
+  RINGX_HD static float load(uint8_t v) { return e5m2ToFloat(v); }
+  RINGX_HD static uint8_t store(float v) { return floatToE5m2(v); }
 };
 
 template <>
