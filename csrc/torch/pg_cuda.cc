@@ -34,6 +34,9 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
     cc.device = std::make_unique<CudaDevice>(index);
     cc.order = cc.device->newStream();
     cc.compute = cc.device->newStream();
+    // Here, on the issuing thread, not lazily at a first launch on the
+    // progress thread (Device::loadKernels).
+    cc.device->loadKernels();
     RINGX_LOG(Info, "ringx: rank " << rank_ << " runs CUDA tensors on " << cc.device->name() << ", "
                                    << (cudaResident_ ? "device-resident" : "host-staged"));
     cuda_ = std::move(cc);
@@ -69,12 +72,19 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
   }
   if (held_) throwValueError(call.ctx, "CUDA tensors inside a coalescing block are not supported yet");
   cuda.index = *index;
+  // Before anything touches a stream: waiting for a capturing stream would
+  // make ringx's order stream join the capture.
+  CudaStream caller(c10::cuda::getCurrentCUDAStream(cuda.index));
+  try {
+    refuseCapture(caller, call.ctx.prefix());
+  } catch (const Error& e) {
+    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+  }
   cuda.comm = &cudaComm(call.ctx, cuda.index);
   // wait() returns without driving the op (the stream waits, not the host):
   // the progress thread must run it.
   call.callerWaits = call.callerWaits && blockingWait_;
   cuda.resident = resident;
-  CudaStream caller = cuda.comm->device->currentStream();
   const bool inPlace = args && (args->coll == Collective::AllReduce || args->coll == Collective::Broadcast ||
                                 args->coll == Collective::Reduce);
   std::vector<size_t> cuts;
@@ -121,7 +131,9 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
                                                               std::vector<at::Tensor> keepAlive,
                                                               std::vector<at::Tensor> outputs,
                                                               std::function<void()> publish) {
+  c10::cuda::OptionalCUDAGuard guard;
   CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_, &args);
+  guard.set_index(cuda.index);
   CollArgs a = args;
   if (cuda.resident) {
     a.device = {cuda.comm->device.get(), cuda.comm->compute.get()};
@@ -140,7 +152,9 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call
                                                                       std::vector<at::Tensor> outputs,
                                                                       std::function<void()> publish) {
   const size_t n = regions.size();
+  c10::cuda::OptionalCUDAGuard guard;
   CudaCall cuda = beginCuda(call, keepAlive, std::move(regions), false);
+  guard.set_index(cuda.index);
   std::vector<void*> buffers;
   for (size_t i = 0; i < n; ++i) buffers.push_back(cuda.staging->host(i));
   Schedule schedule = cuda.staging->wrap(build(buffers));

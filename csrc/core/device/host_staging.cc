@@ -8,6 +8,7 @@
 namespace ringx {
 
 struct HostStaging::State {
+  Device* device = nullptr;
   std::vector<std::shared_ptr<std::byte>> host;
   std::shared_ptr<std::byte> flag;
   std::vector<std::shared_ptr<DeviceEvent>> staged, done;  // per piece
@@ -28,26 +29,48 @@ struct HostStaging::State {
   }
 
   // Whatever ended the op (or if it never ran), the stream gets past its
-  // waits, and the host buffers outlive the copies that use them.
+  // waits, and the host buffers outlive the copies that use them. The last
+  // owner may be any thread (the callback pool's, usually): the events and
+  // buffers go here, on the device.
   ~State() {
+    if (done.empty()) return;  // refused before it enqueued anything
+    OnDevice on(device);
     store(uint32_t(ended.size()));
     if (!done.back()->query()) done.back()->synchronize();
+    staged.clear();
+    done.clear();
+    host.clear();
+    flag.reset();
   }
 };
+
+void refuseCapture(DeviceStream& caller, const std::string& prefix) {
+  if (caller.capturing()) {
+    throw Error(ErrorKind::InvalidArgument,
+                prefix + "the current stream is capturing a CUDA graph, and CUDA graph capture is not supported "
+                         "(ringx's order stream waits for a flag the host sets, which a graph cannot replay); "
+                         "issue the collective outside the capture");
+  }
+}
 
 HostStaging::HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller,
                          std::vector<DeviceRegion> regions, std::vector<size_t> cuts)
     : state_(std::make_shared<State>()) {
+  OnDevice on(&device);
+  // Before anything is enqueued: waiting for the caller's stream would make
+  // the order stream join its capture.
+  refuseCapture(caller, "ringx: ");
   State& s = *state_;
+  s.device = &device;
   if (cuts.empty()) cuts = {0, regions.empty() ? 0 : regions[0].bytes};
   const size_t pieces = cuts.size() - 1;
   if (pieces > 1 && (regions.size() != 1 || cuts.back() != regions[0].bytes)) {
     throw Error(ErrorKind::InvalidArgument, "ringx: host staging cuts pieces out of exactly one whole region");
   }
   s.cuts = cuts;
+  s.ended.assign(pieces, false);
   s.flag = device.allocPinned(sizeof(uint32_t));
   s.store(0);
-  s.ended.assign(pieces, false);
   for (size_t k = 0; k < pieces; ++k) {
     s.staged.push_back(device.newEvent());
     s.done.push_back(device.newEvent());
@@ -104,13 +127,19 @@ Schedule HostStaging::wrap(std::vector<Schedule> pieces) const {
   s.setScaleFactor(pieces[0].scaleFactor());
   auto state = state_;
   s.onAbandon([state] { state->store(uint32_t(state->ended.size())); });
+  // The polls run on whichever thread progresses the op.
   for (size_t k = 0; k < pieces.size(); ++k) {
-    const StepId staged = s.pollDevice([state, k] { return state->staged[k]->query(); });
+    const StepId staged = s.pollDevice(state->device, [state, k] {
+      OnDevice on(state->device);
+      return state->staged[k]->query();
+    });
     std::vector<StepId> last = s.appendAfter(std::move(pieces[k]), staged);
     if (last.empty()) last.push_back(staged);
     s.pollDevice(
+        state->device,
         [state, k] {
           if (!state->ended[k]) state->release(k);
+          OnDevice on(state->device);
           return state->done[k]->query();
         },
         last);

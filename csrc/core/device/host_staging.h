@@ -24,6 +24,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/algorithms/coll_args.h"
@@ -66,6 +67,10 @@ class HostStaging {
 
 // The device regions a collective reads and writes (buf, input).
 std::vector<DeviceRegion> regionsOf(const CollArgs& a);
+// Throws InvalidArgument, its message after `prefix` ("ringx: <op> (rank R,
+// seq S): "), when `caller` is capturing a graph: nothing of a collective
+// may join a capture (HostStaging checks it too, before it enqueues).
+void refuseCapture(DeviceStream& caller, const std::string& prefix);
 // Points a collective's buffers at the staging copies of regionsOf(a).
 void pointAtHost(CollArgs& a, const HostStaging& staging);
 

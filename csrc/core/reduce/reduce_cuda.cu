@@ -250,9 +250,41 @@ struct PickScale {
   static constexpr ScaleLauncher get() { return &launchScale<D>; }
 };
 
+// Loads a kernel into the current device's context (cudaFuncGetAttributes
+// does, whatever CUDA_MODULE_LOADING says) and caches its occupancy, so that
+// its first launch neither loads a module nor queries the device.
+template <auto kernel>
+void load() {
+  constexpr const char* kWhat = "loadCudaKernels";
+  cudaFuncAttributes attributes{};
+  check(cudaFuncGetAttributes(&attributes, kernel), kWhat, "cudaFuncGetAttributes");
+  residentBlocks<kernel>(kWhat);
+}
+
+using Loader = void (*)();
+
+template <DType D, ReduceOp O>
+struct PickLoadReduce {
+  static constexpr Loader get() {
+    return [] {
+      load<&mapKernel<typename Elem<D>::Storage, ReduceStep<D, O>>>();
+      load<&reduceNKernel<D, O>>();
+    };
+  }
+};
+
+template <DType D>
+struct PickLoadScale {
+  static constexpr Loader get() {
+    return [] { load<&mapKernel<typename Elem<D>::Storage, ScaleStep<D>>>(); };
+  }
+};
+
 constexpr auto kReduce = reduce::makeOpTable<ReduceLauncher, PickReduce>();
 constexpr auto kReduceN = reduce::makeOpTable<ReduceNLauncher, PickReduceN>();
 constexpr auto kScale = reduce::makeFloatTable<ScaleLauncher, PickScale>();
+constexpr auto kLoadReduce = reduce::makeOpTable<Loader, PickLoadReduce>();
+constexpr auto kLoadScale = reduce::makeFloatTable<Loader, PickLoadScale>();
 
 }  // namespace
 
@@ -267,6 +299,17 @@ void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DTy
 
 void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t stream) {
   reduce::lookup(kScale, dtype)(buf, count, factor, stream);
+}
+
+void loadCudaKernels() {
+  for (const auto& row : kLoadReduce) {
+    for (Loader fn : row) {
+      if (fn) fn();
+    }
+  }
+  for (Loader fn : kLoadScale) {
+    if (fn) fn();
+  }
 }
 
 }  // namespace ringx

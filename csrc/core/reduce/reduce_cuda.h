@@ -32,4 +32,9 @@ void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DTy
 // Error(Unsupported) otherwise); Error(Internal) when the launch fails.
 void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t stream);
 
+// Loads every kernel above, for every dtype and op, into the current device's
+// context and caches what their launches query, so that no later launch does
+// either. Error(Internal) when CUDA fails.
+void loadCudaKernels();
+
 }  // namespace ringx
