@@ -32,7 +32,7 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
   if (!cuda_) {
     CudaComm cc;
     cc.device = std::make_unique<CudaDevice>(index);
-    cc.order = cc.device->newStream();
+    cc.order = std::make_unique<DeviceOrder>(*cc.device);
     cc.compute = cc.device->newStream();
     // Here, on the issuing thread, not lazily at a first launch on the
     // progress thread (Device::loadKernels).
@@ -70,7 +70,6 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
     }
     index = t.device().index();
   }
-  if (held_) throwValueError(call.ctx, "CUDA tensors inside a coalescing block are not supported yet");
   cuda.index = *index;
   // Before anything touches a stream: waiting for a capturing stream would
   // make ringx's order stream join the capture.
@@ -89,8 +88,12 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
                                 args->coll == Collective::Reduce);
   std::vector<size_t> cuts;
   if (!resident && inPlace) cuts = pieceCuts(args->bytes(), dtypeSize(args->dtype), cudaStageBytes_);
-  cuda.staging.emplace(*cuda.comm->device, *cuda.comm->order, caller,
-                       resident ? std::vector<DeviceRegion>{} : std::move(regions), std::move(cuts));
+  // Resident, the tensors are only ordered against the ops in flight on
+  // the same memory, not copied.
+  if (resident) {
+    for (DeviceRegion& r : regions) r.in = r.out = false;
+  }
+  cuda.staging.emplace(*cuda.comm->order, caller, std::move(regions), std::move(cuts));
   RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", "
                                     << (resident ? "device-resident" : "host-staged"));
   return cuda;
@@ -102,19 +105,21 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
 void ProcessGroupRingx::endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive,
                                 const std::function<void()>& publish, WorkRingx& work) {
   CudaComm& cc = *cuda.comm;
-  const auto order = static_cast<CudaStream&>(*cc.order).stream();
+  const auto in = static_cast<CudaStream&>(cc.order->in()).stream();
+  const auto out = static_cast<CudaStream&>(cc.order->out()).stream();
   const auto compute = static_cast<CudaStream&>(*cc.compute).stream();
   for (const at::Tensor& t : keepAlive) {
     if (!t.defined() || !t.storage().data_ptr()) continue;
-    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), order);
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), in);
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), out);
     if (cuda.resident) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
   }
   if (publish) {
-    c10::cuda::CUDAStreamGuard guard(order);
+    c10::cuda::CUDAStreamGuard guard(out);
     publish();
   }
   std::shared_ptr<DeviceEvent> finished = cc.device->newEvent();
-  cc.order->record(*finished);
+  cc.order->out().record(*finished);
   CudaDevice* device = cc.device.get();
   work.onDevice({c10::Device(c10::kCUDA, cuda.index), finished,
                  [device, finished] { device->currentStream().wait(*finished); },
@@ -141,7 +146,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
     pointAtHost(a, *cuda.staging);
   }
   auto work = submitArgs(call, a, &*cuda.staging, keepAlive, std::move(outputs), nullptr);
-  endCuda(cuda, keepAlive, publish, *work);
+  // Inside a coalescing block the call's Work is held, not returned.
+  endCuda(cuda, keepAlive, publish, work ? *work : *held_->back().work);
   return work;
 }
 
@@ -160,7 +166,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call
   Schedule schedule = cuda.staging->wrap(build(buffers));
   auto work = submitBuilt(
       call, [&](uint64_t) { return std::move(schedule); }, keepAlive, std::move(outputs), nullptr);
-  endCuda(cuda, keepAlive, publish, *work);
+  // Inside a coalescing block the call's Work is held, not returned.
+  endCuda(cuda, keepAlive, publish, work ? *work : *held_->back().work);
   return work;
 }
 

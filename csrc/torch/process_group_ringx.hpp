@@ -220,7 +220,7 @@ class ProcessGroupRingx : public c10d::Backend {
                WorkRingx& work);
   struct CudaComm {
     std::unique_ptr<CudaDevice> device;
-    std::unique_ptr<DeviceStream> order;    // the op's ordering and, staged, its copies
+    std::unique_ptr<DeviceOrder> order;     // the ops' ordering and, staged, their copies
     std::unique_ptr<DeviceStream> compute;  // device-resident reduce, copy and scale steps
   };
   CudaComm& cudaComm(const CallContext& c, c10::DeviceIndex index);

@@ -37,6 +37,11 @@ void WorkRingx::onDevice(DeviceEnd end) {
   device_ = std::move(end);
 }
 
+std::optional<WorkRingx::DeviceEnd> WorkRingx::deviceEnd() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return device_;
+}
+
 bool WorkRingx::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_ && (!device_ || exception_ || device_->finished->query());

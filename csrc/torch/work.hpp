@@ -71,6 +71,7 @@ class WorkRingx : public c10d::Work {
     bool blockingWait = false;
   };
   void onDevice(DeviceEnd end);
+  std::optional<DeviceEnd> deviceEnd() const;
 
   std::function<void()> publish;
   std::string opName;

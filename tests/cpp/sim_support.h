@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/device/host_staging.h"
 #include "core/device/sim_device.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/cma.h"
@@ -23,18 +24,20 @@ inline std::unique_ptr<DeviceStream> streamOn(SimDevice& device) {
   return device.newStream();
 }
 
-// One rank: its device, the communicator's stream and the caller's.
+// One rank: its device, the group's streams on it and the caller's stream.
 struct SimRank {
   explicit SimRank(int r, int maxDelayUs = 200)
-      : device(SimDeviceOptions{r, maxDelayUs, uint64_t(r) + 7}), comm(streamOn(device)), caller(streamOn(device)) {}
+      : device(SimDeviceOptions{r, maxDelayUs, uint64_t(r) + 7}), order(device), caller(streamOn(device)) {}
   SimDevice device;
-  std::unique_ptr<DeviceStream> comm;
+  DeviceOrder order;
   std::unique_ptr<DeviceStream> caller;
 };
 
 struct SimWorld {
-  explicit SimWorld(int size, int maxDelayUs = 200, std::chrono::milliseconds timeout = 20s)
-      : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
+  // rendezvousBytes: as makeLoopbackWorld's.
+  explicit SimWorld(int size, int maxDelayUs = 200, std::chrono::milliseconds timeout = 20s,
+                    size_t rendezvousBytes = SIZE_MAX)
+      : world(makeLoopbackWorld(size, rendezvousBytes)), areas(size), cmas(size) {
     onEachRank(size, [&](int r) {
       areas[r] = ShmArea::create(store, "t", r, size, 4096);
       cmas[r] = Cma::create(store, "t", r, size, CmaMode::On);

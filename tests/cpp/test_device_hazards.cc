@@ -44,7 +44,7 @@ void allReduces(SimWorld& w, int r, bool resident, DeviceStream* compute, int op
     a.count = n;
     a.buf = bufs.back().get();
     if (resident) a.device = DeviceQueue{&me.device, compute};
-    HostStaging staging(me.device, *me.comm, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
+    HostStaging staging(me.order, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
     if (!resident) pointAtHost(a, staging);
     done.push_back(staging.done());
     auto promise = std::make_shared<std::promise<std::optional<Error>>>();
@@ -107,7 +107,7 @@ TEST_CASE("device hazards: a collective on a capturing stream is refused before 
   a.count = 64;
   a.buf = d.get();
   try {
-    HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+    HostStaging staging(me.order, *me.caller, regionsOf(a));
     FAIL("HostStaging accepted a capturing stream");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::InvalidArgument);
@@ -151,4 +151,147 @@ TEST_CASE("device hazards: the kernels are loaded on the issuing thread before a
     CHECK_FALSE(d.kernelsLoadedLazily());
     CHECK(*d.kernelsLoadedBy() == issuer[size_t(r)]);
   }
+}
+
+namespace {
+
+// A one-step schedule of its own op on rank r's device: a send of `src` to
+// `peer` or a receive into `dst` from it, host-staged, as ProcessGroupRingx
+// issues send and recv on CUDA tensors. Returns when the op ends.
+std::future<std::optional<Error>> p2p(SimWorld& w, int r, uint64_t seq, bool send, int peer, void* buf, size_t bytes,
+                                      std::shared_ptr<DeviceEvent>& done) {
+  SimRank& me = *w.ranks[size_t(r)];
+  HostStaging staging(me.order, *me.caller, {{buf, bytes, send, !send}});
+  Schedule s(DType::U8, ReduceOp::Sum);
+  if (send) {
+    s.send(peer, p2pTag(7), staging.host(0), bytes);
+  } else {
+    s.recv(peer, p2pTag(7), staging.host(0), bytes);
+  }
+  done = staging.done();
+  auto promise = std::make_shared<std::promise<std::optional<Error>>>();
+  auto ended = promise->get_future();
+  auto op = std::make_unique<Op>(send ? "send" : "recv", seq, staging.wrap(std::move(s)));
+  op->bytes = bytes;
+  op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
+  w.comms[size_t(r)]->submit(std::move(op));
+  return ended;
+}
+
+}  // namespace
+
+// Hazard 4: a ring exchange, each rank sending to the next and receiving from
+// the one before, issued as send then recv. Large sends complete only once
+// the peer's receive took them (rendezvous, as UCX's for large messages).
+// With one stream per group the receive's copies waited behind the send's
+// host flag, so no rank's receive was ever posted: every rank timed out.
+TEST_CASE("device hazards: a 64 MiB ring exchange, send then recv on every rank, completes") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  const size_t bytes = size_t(64) << 20;
+  SimWorld w(size, 100, 10s, size_t(1) << 20);
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.ranks[size_t(r)];
+    const auto mine = pattern(r, bytes, DType::I64);
+    auto src = deviceCopyOf(me, mine);
+    std::shared_ptr<std::byte> dst;
+    {
+      OnDevice on(&me.device);
+      dst = me.device.allocDevice(bytes);
+    }
+    std::shared_ptr<DeviceEvent> sent, received;
+    auto sendEnded = p2p(w, r, 1, true, (r + 1) % size, src.get(), bytes, sent);
+    auto recvEnded = p2p(w, r, 2, false, (r + size - 1) % size, dst.get(), bytes, received);
+    RANK_REQUIRE_NO_ERROR(sendEnded.get());
+    RANK_REQUIRE_NO_ERROR(recvEnded.get());
+    const auto got = readAfter(me, *received, dst.get(), bytes);
+    RANK_REQUIRE(got == pattern((r + size - 1) % size, bytes, DType::I64));
+    OnDevice on(&me.device);
+    src.reset();
+    dst.reset();
+  });
+}
+
+// Hazard 7: DDP issues a bucket's all_reduce as soon as its gradients are
+// ready, and the next one before the last has ended. Both ranks issue two
+// all_reduces on other memory, in the same order; rank 1's first one waits
+// (a gate in its schedule, as a peer slow to get there) until both ranks'
+// second schedule has run, or 5 s. With one stream per group the second op
+// was staged behind the first's host flag, so its schedule waited for the
+// first: the collectives ran one after the other. (The ops still end in
+// issue order: their copies back follow each other on the group's stream,
+// as NCCL's kernels do.)
+TEST_CASE("device hazards: a collective on other memory runs while an earlier one waits for a peer") {
+  const bool resident = GENERATE(false, true);
+  CAPTURE(resident);
+  const int size = 2;
+  const size_t n = 16384;
+  SimWorld w(size, 100);
+  std::vector<std::unique_ptr<DeviceStream>> compute;
+  for (auto& rank : w.ranks) compute.push_back(streamOn(rank->device));
+  std::atomic<bool> gateOpen{false};
+  std::promise<void> rank0Waited;
+  auto rank0Done = rank0Waited.get_future();
+  std::atomic<bool> secondRan[size] = {false, false};
+  bool secondRanFirst[size] = {false, false};
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.ranks[size_t(r)];
+    const auto in = pattern(r, n * 8, DType::I64);
+    auto first = deviceCopyOf(me, in);
+    auto second = deviceCopyOf(me, in);
+    std::vector<std::shared_ptr<DeviceEvent>> done;
+    std::vector<std::future<std::optional<Error>>> ended;
+    for (void* buf : {first.get(), second.get()}) {
+      const uint64_t seq = done.size() + 1;
+      CollArgs a{Collective::AllReduce, r, size, seq};
+      a.dtype = DType::I64;
+      a.count = n;
+      a.buf = buf;
+      if (resident) a.device = DeviceQueue{&me.device, compute[size_t(r)].get()};
+      std::vector<DeviceRegion> regions = regionsOf(a);
+      if (resident) {
+        for (DeviceRegion& region : regions) region.in = region.out = false;
+      }
+      HostStaging staging(me.order, *me.caller, regions);
+      if (!resident) pointAtHost(a, staging);
+      done.push_back(staging.done());
+      Schedule s(DType::I64, ReduceOp::Sum);
+      const StepId gate = r == 1 && seq == 1 ? s.poll([&gateOpen] { return gateOpen.load(); }, nullptr) : kNoStep;
+      std::vector<StepId> last = s.appendAfter(buildAllReduceRing(a), gate);
+      if (seq == 2) {
+        s.poll(
+            [&secondRan, r] {
+              secondRan[r] = true;
+              return true;
+            },
+            nullptr, {s.join(last)});
+      }
+      auto promise = std::make_shared<std::promise<std::optional<Error>>>();
+      ended.push_back(promise->get_future());
+      auto op = std::make_unique<Op>("all_reduce", seq, staging.wrap(std::move(s)));
+      op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
+      w.comms[size_t(r)]->submit(std::move(op));
+    }
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (!secondRan[r] && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    secondRanFirst[r] = secondRan[r];
+    if (r == 0) {
+      rank0Waited.set_value();
+    } else {
+      rank0Done.wait();
+      gateOpen = true;
+    }
+    RANK_REQUIRE_NO_ERROR(ended[0].get());
+    RANK_REQUIRE_NO_ERROR(ended[1].get());
+    const auto want = sumOfPatterns(size, n);
+    for (size_t k = 0; k < 2; ++k) {
+      const auto got = readAfter(me, *done[k], (k ? second : first).get(), n * 8);
+      RANK_REQUIRE(std::memcmp(got.data(), want.data(), n * 8) == 0);
+    }
+    OnDevice on(&me.device);
+    first.reset();
+    second.reset();
+  });
+  CHECK(secondRanFirst[0]);
+  CHECK(secondRanFirst[1]);
 }

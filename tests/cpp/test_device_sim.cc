@@ -144,7 +144,7 @@ int checkEveryAlgorithm(int size, DType dtype, bool resident) {
       auto dBuf = bufBytes ? deviceCopyOf(me, buf0) : nullptr;
       a.input = dIn.get();
       a.buf = dBuf.get();
-      HostStaging staging(me.device, *me.comm, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
+      HostStaging staging(me.order, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
       if (!resident) pointAtHost(a, staging);
       Schedule s = staging.wrap(alg.build(a));
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), onDevice, std::move(s)));
@@ -180,7 +180,7 @@ TEST_CASE("host-staged: the caller's stream may enqueue reads of the result righ
     a.dtype = DType::I64;
     a.count = n;
     a.buf = d.get();
-    HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+    HostStaging staging(me.order, *me.caller, regionsOf(a));
     pointAtHost(a, staging);
     auto promise = std::make_shared<std::promise<void>>();
     auto op = std::make_unique<Op>("all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
@@ -227,7 +227,7 @@ TEST_CASE("host-staged: back-to-back collectives issued from two streams, and on
       a.dtype = DType::I64;
       a.count = n;
       a.buf = buf;
-      HostStaging staging(me.device, *me.comm, *stream, regionsOf(a));
+      HostStaging staging(me.order, *stream, regionsOf(a));
       pointAtHost(a, staging);
       done.push_back(staging.done());
       results.push_back(std::async(std::launch::async, [&, s = staging.wrap(buildAllReduceRecursiveDoubling(a)),
@@ -282,7 +282,7 @@ TEST_CASE("a thread blocked on the device for the next op does not stop the rele
           a.count = n;
           a.buf = buf;
           if (resident) a.device = DeviceQueue{&me.device, compute[r].get()};
-          HostStaging staging(me.device, *me.comm, *me.caller,
+          HostStaging staging(me.order, *me.caller,
                               resident ? std::vector<DeviceRegion>{} : regionsOf(a));
           if (!resident) pointAtHost(a, staging);
           done = staging.done();
@@ -325,13 +325,13 @@ TEST_CASE("host-staged: a schedule that fails still lets the communicator's stre
   a.dtype = DType::I64;
   a.count = n;
   a.buf = d.get();
-  HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+  HostStaging staging(me.order, *me.caller, regionsOf(a));
   pointAtHost(a, staging);
   auto err = runOp(*w.comms[0], "all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
   REQUIRE(err);
   REQUIRE(err->kind() == ErrorKind::Timeout);
   auto after = me.device.newEvent();
-  me.comm->record(*after);
+  me.order.out().record(*after);
   after->synchronize();
   REQUIRE(staging.done()->query());
 }
@@ -360,7 +360,7 @@ TEST_CASE("host-staged in pieces: an all_reduce or broadcast cut into pieces giv
       SimRank& me = *w.ranks[r];
       const auto in = pattern(r, n * 8, DType::I64);
       auto d = deviceCopyOf(me, in);
-      HostStaging staging(me.device, *me.comm, *me.caller, {{d.get(), n * 8, true, true}}, cuts);
+      HostStaging staging(me.order, *me.caller, {{d.get(), n * 8, true, true}}, cuts);
       std::vector<Schedule> pieces;
       for (size_t k = 0; k + 1 < cuts.size(); ++k) {
         CollArgs a{coll, r, size, 10 + k};
@@ -402,7 +402,8 @@ TEST_CASE("a failed op is reported only once its device work has stopped writing
   auto dst = me.device.allocDevice(n);
   std::memset(src.get(), 7, n);
   std::memset(dst.get(), 0, n);
-  Schedule s(DType::U8, ReduceOp::Sum, DeviceQueue{&me.device, me.comm.get()});
+  auto compute = streamOn(me.device);
+  Schedule s(DType::U8, ReduceOp::Sum, DeviceQueue{&me.device, compute.get()});
   s.setAlgorithm("test");
   for (size_t off = 0; off < n; off += n / 8) s.copy(dst.get() + off, src.get() + off, n / 8);
   s.poll([]() -> bool { throw Error(ErrorKind::InvalidArgument, "injected failure"); }, nullptr);

@@ -53,9 +53,41 @@ void refuseCapture(DeviceStream& caller, const std::string& prefix) {
   }
 }
 
-HostStaging::HostStaging(Device& device, DeviceStream& comm, DeviceStream& caller,
-                         std::vector<DeviceRegion> regions, std::vector<size_t> cuts)
+DeviceOrder::DeviceOrder(Device& device) : device_(device) {
+  OnDevice on(&device);
+  in_ = device.newStream();
+  out_ = device.newStream();
+}
+
+DeviceOrder::~DeviceOrder() {
+  OnDevice on(&device_);
+  inFlight_.clear();
+  in_.reset();
+  out_.reset();
+}
+
+void DeviceOrder::orderAfter(const std::vector<DeviceRegion>& regions) {
+  std::erase_if(inFlight_, [](const Touched& t) { return t.done->query(); });
+  for (const Touched& t : inFlight_) {
+    const bool overlaps = std::any_of(regions.begin(), regions.end(), [&](const DeviceRegion& r) {
+      const auto* begin = static_cast<const std::byte*>(r.device);
+      return r.bytes && begin < t.end && t.begin < begin + r.bytes;
+    });
+    if (overlaps) in_->wait(*t.done);
+  }
+}
+
+void DeviceOrder::touch(const std::vector<DeviceRegion>& regions, const std::shared_ptr<DeviceEvent>& done) {
+  for (const DeviceRegion& r : regions) {
+    const auto* begin = static_cast<const std::byte*>(r.device);
+    if (r.bytes) inFlight_.push_back({begin, begin + r.bytes, done});
+  }
+}
+
+HostStaging::HostStaging(DeviceOrder& order, DeviceStream& caller, std::vector<DeviceRegion> regions,
+                         std::vector<size_t> cuts)
     : state_(std::make_shared<State>()) {
+  Device& device = order.device();
   OnDevice on(&device);
   // Before anything is enqueued: waiting for the caller's stream would make
   // the order stream join its capture.
@@ -75,7 +107,7 @@ HostStaging::HostStaging(Device& device, DeviceStream& comm, DeviceStream& calle
     s.staged.push_back(device.newEvent());
     s.done.push_back(device.newEvent());
   }
-  for (const DeviceRegion& r : regions) s.host.push_back(device.allocPinned(r.bytes));
+  for (const DeviceRegion& r : regions) s.host.push_back(r.in || r.out ? device.allocPinned(r.bytes) : nullptr);
 
   // With one piece, [0, bytes) of every region; otherwise piece k of the one.
   auto part = [&](size_t i, size_t k) {
@@ -83,23 +115,31 @@ HostStaging::HostStaging(Device& device, DeviceStream& comm, DeviceStream& calle
                        : std::pair<size_t, size_t>{cuts[k], cuts[k + 1] - cuts[k]};
   };
   auto callerNow = device.newEvent();
+  std::lock_guard<std::mutex> lock(order.mu_);
+  DeviceStream& in = order.in();
+  DeviceStream& out = order.out();
   caller.record(*callerNow);
-  comm.wait(*callerNow);
+  in.wait(*callerNow);
+  order.orderAfter(regions);
   for (size_t k = 0; k < pieces; ++k) {
     for (size_t i = 0; i < regions.size(); ++i) {
       auto [off, len] = part(i, k);
-      if (regions[i].in) comm.copy(s.host[i].get() + off, static_cast<std::byte*>(regions[i].device) + off, len);
+      if (regions[i].in) in.copy(s.host[i].get() + off, static_cast<std::byte*>(regions[i].device) + off, len);
     }
-    comm.record(*s.staged[k]);
+    in.record(*s.staged[k]);
   }
+  // A flag set early (an op that failed before it started) must not let the
+  // copies back overtake the copies in.
+  out.wait(*s.staged.back());
   for (size_t k = 0; k < pieces; ++k) {
-    comm.waitFlag(reinterpret_cast<const uint32_t*>(s.flag.get()), uint32_t(k + 1));
+    out.waitFlag(reinterpret_cast<const uint32_t*>(s.flag.get()), uint32_t(k + 1));
     for (size_t i = 0; i < regions.size(); ++i) {
       auto [off, len] = part(i, k);
-      if (regions[i].out) comm.copy(static_cast<std::byte*>(regions[i].device) + off, s.host[i].get() + off, len);
+      if (regions[i].out) out.copy(static_cast<std::byte*>(regions[i].device) + off, s.host[i].get() + off, len);
     }
-    comm.record(*s.done[k]);
+    out.record(*s.done[k]);
   }
+  order.touch(regions, s.done.back());
 }
 
 void* HostStaging::host(size_t region) const { return state_->host.at(region).get(); }
