@@ -139,10 +139,20 @@ void CudaStream::wait(DeviceEvent& event) {
   check(cudaStreamWaitEvent(stream_.stream(), static_cast<CudaEvent&>(event).get(), 0), "cudaStreamWaitEvent");
 }
 
-void CudaStream::waitFlag(const uint32_t* flag, uint32_t atLeast) {
-  c10::cuda::CUDAGuard guard(stream_.device_index());
+namespace {
+
+// A flag in page-locked host memory, as the device addresses it.
+void* flagOnDevice(const uint32_t* flag) {
   void* onDevice = nullptr;
   check(cudaHostGetDevicePointer(&onDevice, const_cast<uint32_t*>(flag), 0), "cudaHostGetDevicePointer");
+  return onDevice;
+}
+
+}  // namespace
+
+void CudaStream::waitFlag(const uint32_t* flag, uint32_t atLeast) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  void* onDevice = flagOnDevice(flag);
   CUresult rc = waitValueFn()(reinterpret_cast<CUstream>(stream_.stream()), reinterpret_cast<CUdeviceptr>(onDevice),
                               atLeast, CU_STREAM_WAIT_VALUE_GEQ);
   if (rc != CUDA_SUCCESS) {
@@ -154,6 +164,12 @@ void CudaStream::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   c10::cuda::CUDAGuard guard(stream_.device_index());
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.stream()), "cudaMemcpyAsync");
+}
+
+void CudaStream::copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  copyUnlessFailedCuda(dst, src, bytes, static_cast<const uint32_t*>(flagOnDevice(flag)), kFlagFailed,
+                       stream_.stream());
 }
 
 void CudaStream::reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {

@@ -20,6 +20,7 @@ class CudaStream final : public DeviceStream {
   void wait(DeviceEvent& event) override;
   void waitFlag(const uint32_t* flag, uint32_t atLeast) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) override;
   void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) override;
   void scale(void* buf, size_t count, DType dtype, double factor) override;
   void synchronize() override;

@@ -295,3 +295,36 @@ TEST_CASE("device hazards: a collective on other memory runs while an earlier on
   CHECK(secondRanFirst[0]);
   CHECK(secondRanFirst[1]);
 }
+
+// Hazard 5: a host-staged op copied its host buffers back into the caller's
+// tensors whether its schedule had ended or failed, so a failure left partial
+// results there (and the caller, whose wait() does not block, might never
+// hear of it). Here the schedule writes into its host buffer, then fails;
+// in pieces, the first piece ends and the second fails.
+TEST_CASE("device hazards: a failed host-staged op leaves the caller's tensor as it was") {
+  const bool inPieces = GENERATE(false, true);
+  CAPTURE(inPieces);
+  SimWorld w(1, 100);
+  SimRank& me = *w.ranks[0];
+  const size_t n = 4096, bytes = n * 8;
+  const auto in = pattern(0, bytes, DType::I64);
+  const std::vector<std::byte> partial(bytes, std::byte{0x5a});
+  auto d = deviceCopyOf(me, in);
+  const std::vector<size_t> cuts = inPieces ? std::vector<size_t>{0, bytes / 2, bytes} : std::vector<size_t>{};
+  HostStaging staging(me.order, *me.caller, {{d.get(), bytes, true, true}}, cuts);
+  std::vector<Schedule> pieces;
+  for (size_t k = 0; k < staging.pieces(); ++k) {
+    auto [off, len] = staging.piece(k);
+    Schedule s(DType::I64, ReduceOp::Sum);
+    const StepId wrote = s.copy(static_cast<std::byte*>(staging.host(0)) + off, partial.data() + off, len);
+    if (k + 1 == staging.pieces()) {
+      s.poll([]() -> bool { throw Error(ErrorKind::InvalidArgument, "injected failure"); }, nullptr, {wrote});
+    }
+    pieces.push_back(std::move(s));
+  }
+  auto err = runOp(*w.comms[0], "all_reduce", 1, staging.wrap(std::move(pieces)));
+  REQUIRE(err);
+  CHECK(readAfter(me, *staging.done(), d.get(), bytes) == in);
+  OnDevice on(&me.device);
+  d.reset();
+}

@@ -32,6 +32,11 @@ class DeviceEvent {
   virtual void synchronize() = 0;
 };
 
+// A host flag a stream waits on (DeviceStream::waitFlag) counts pieces of an
+// op done; this bit says the op failed. It compares above every count, so
+// it also lets the stream past its waits.
+inline constexpr uint32_t kFlagFailed = 0x80000000u;
+
 class DeviceStream {
  public:
   virtual ~DeviceStream() = default;
@@ -45,6 +50,10 @@ class DeviceStream {
   virtual void waitFlag(const uint32_t* flag, uint32_t atLeast) = 0;
   // Host or device memory, either way.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Device to device, unless *flag (as waitFlag's) has kFlagFailed set when
+  // the stream gets there: the device decides, since the host enqueued the
+  // copy long before it knew.
+  virtual void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) = 0;
   // reduce.h's semantics, on device memory.
   virtual void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) = 0;
   virtual void scale(void* buf, size_t count, DType dtype, double factor) = 0;

@@ -10,6 +10,9 @@ namespace ringx {
 struct HostStaging::State {
   Device* device = nullptr;
   std::vector<std::shared_ptr<std::byte>> host;
+  // Per output region: where the copies back land, on the device, until the
+  // op is known to have succeeded.
+  std::vector<std::shared_ptr<std::byte>> back;
   std::shared_ptr<std::byte> flag;
   std::vector<std::shared_ptr<DeviceEvent>> staged, done;  // per piece
   // Pieces whose schedule ended; the flag counts the leading run of them
@@ -27,6 +30,11 @@ struct HostStaging::State {
     while (released < ended.size() && ended[released]) ++released;
     store(released);
   }
+  // Lets the stream past its waits, and its copies into the caller's
+  // tensors skip, unless every piece ended.
+  void failUnlessEnded() {
+    if (released < ended.size()) store(kFlagFailed | uint32_t(ended.size()));
+  }
 
   // Whatever ended the op (or if it never ran), the stream gets past its
   // waits, and the host buffers outlive the copies that use them. The last
@@ -35,11 +43,12 @@ struct HostStaging::State {
   ~State() {
     if (done.empty()) return;  // refused before it enqueued anything
     OnDevice on(device);
-    store(uint32_t(ended.size()));
+    failUnlessEnded();
     if (!done.back()->query()) done.back()->synchronize();
     staged.clear();
     done.clear();
     host.clear();
+    back.clear();
     flag.reset();
   }
 };
@@ -107,7 +116,10 @@ HostStaging::HostStaging(DeviceOrder& order, DeviceStream& caller, std::vector<D
     s.staged.push_back(device.newEvent());
     s.done.push_back(device.newEvent());
   }
-  for (const DeviceRegion& r : regions) s.host.push_back(r.in || r.out ? device.allocPinned(r.bytes) : nullptr);
+  for (const DeviceRegion& r : regions) {
+    s.host.push_back(r.in || r.out ? device.allocPinned(r.bytes) : nullptr);
+    s.back.push_back(r.out ? device.allocDevice(r.bytes) : nullptr);
+  }
 
   // With one piece, [0, bytes) of every region; otherwise piece k of the one.
   auto part = [&](size_t i, size_t k) {
@@ -131,11 +143,21 @@ HostStaging::HostStaging(DeviceOrder& order, DeviceStream& caller, std::vector<D
   // A flag set early (an op that failed before it started) must not let the
   // copies back overtake the copies in.
   out.wait(*s.staged.back());
+  // The copies back go to device memory of the op's own, piece by piece as
+  // the pieces end; the caller's tensors get them in one device-side copy
+  // at the end, which the device skips when the flag says the op failed. A
+  // failed op so never writes into them, even with some pieces done.
+  const auto* flag = reinterpret_cast<const uint32_t*>(s.flag.get());
   for (size_t k = 0; k < pieces; ++k) {
-    out.waitFlag(reinterpret_cast<const uint32_t*>(s.flag.get()), uint32_t(k + 1));
+    out.waitFlag(flag, uint32_t(k + 1));
     for (size_t i = 0; i < regions.size(); ++i) {
       auto [off, len] = part(i, k);
-      if (regions[i].out) out.copy(static_cast<std::byte*>(regions[i].device) + off, s.host[i].get() + off, len);
+      if (regions[i].out) out.copy(s.back[i].get() + off, s.host[i].get() + off, len);
+    }
+    if (k + 1 == pieces) {
+      for (size_t i = 0; i < regions.size(); ++i) {
+        if (regions[i].out) out.copyUnlessFailed(regions[i].device, s.back[i].get(), regions[i].bytes, flag);
+      }
     }
     out.record(*s.done[k]);
   }
@@ -166,7 +188,7 @@ Schedule HostStaging::wrap(std::vector<Schedule> pieces) const {
   Schedule s(pieces[0].dtype(), pieces[0].op());
   s.setScaleFactor(pieces[0].scaleFactor());
   auto state = state_;
-  s.onAbandon([state] { state->store(uint32_t(state->ended.size())); });
+  s.onAbandon([state] { state->failUnlessEnded(); });
   // The polls run on whichever thread progresses the op.
   for (size_t k = 0; k < pieces.size(); ++k) {
     const StepId staged = s.pollDevice(state->device, [state, k] {

@@ -8,7 +8,9 @@
 //        copy the input regions to page-locked host buffers, record `staged`
 //   out: wait for `staged`
 //        wait for a host flag the schedule sets when it ends
-//        copy the output regions back, record `done`
+//        copy the output regions back into device memory of the op's own;
+//        then, unless the flag says the op failed, into the caller's
+//        tensors (device to device); record `done`
 //
 // The op's schedule starts once `staged` has fired and ends once `done` has
 // (both polled, never waited on), so the caller's stream can wait for
@@ -24,8 +26,9 @@
 // what an earlier one on the same group wrote, whichever stream issued
 // either. Copies back come in issue order.
 //
-// A schedule that fails still sets the flag (the stream must not wait
-// forever), and the host buffers live until the device is done with them.
+// A schedule that fails still sets the flag, with kFlagFailed (the stream
+// must not wait forever, and the caller's tensors keep what they held), and
+// the buffers live until the device is done with them.
 //
 // With regions neither read nor written (in and out both false) nothing is
 // copied: the ordering of the device-resident path, whose schedule

@@ -165,6 +165,14 @@ class SimStream final : public DeviceStream {
     });
   }
 
+  void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) override {
+    call("copy kernel", true);
+    enqueue([dst, src, bytes, flag] {
+      std::atomic_ref<const uint32_t> word(*flag);
+      if (bytes && !(word.load(std::memory_order_acquire) & kFlagFailed)) std::memmove(dst, src, bytes);
+    });
+  }
+
   void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) override {
     call("reduce kernel", true);
     ReduceFn fn = reduceFn(dtype, op);
