@@ -71,6 +71,12 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
     index = t.device().index();
   }
   cuda.index = *index;
+  // An earlier op's failure that no wait() raised (it returned before the
+  // op ended) is raised here, as NCCL's async error handling does.
+  if (auto failed = comm_->error()) {
+    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                call.ctx.prefix() + "an earlier collective of this group failed: " + failed->what());
+  }
   // Before anything touches a stream: waiting for a capturing stream would
   // make ringx's order stream join the capture.
   CudaStream caller(c10::cuda::getCurrentCUDAStream(cuda.index));
@@ -129,7 +135,7 @@ void ProcessGroupRingx::endCuda(CudaCall& cuda, const std::vector<at::Tensor>& k
                    c10::cuda::CUDAStreamGuard guard(static_cast<CudaStream&>(*stream).stream());
                    fn();
                  },
-                 blockingWait_});
+                 blockingWait_, asyncTeardown_});
 }
 
 c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const CollArgs& args,

@@ -229,6 +229,7 @@ class ProcessGroupRingx : public c10d::Backend {
   bool cudaResident_ = false;
   size_t cudaStageBytes_ = 0;
   bool blockingWait_ = false;
+  bool asyncTeardown_ = false;  // RINGX_ASYNC_ERROR_HANDLING=teardown
 #endif
   // A schedule of the caller's own over `regions`, the tensors' memory it
   // reads and writes: `build` gets the pointers to use in their place (the
