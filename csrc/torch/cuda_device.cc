@@ -2,6 +2,8 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -22,6 +24,19 @@ void check(cudaError_t rc, const char* what) {
     throw Error(ErrorKind::Internal, std::string("ringx: CUDA ") + what + " failed: " + cudaGetErrorString(rc));
   }
 }
+
+// The guard for calls that may run on any thread (a query from the progress
+// thread or from Work.isCompleted()): the event's device, so that no context
+// is made on another, and thread-local capture mode, so that another
+// thread's graph capture in global mode does not fail the call.
+class ThreadOn {
+ public:
+  explicit ThreadOn(c10::DeviceIndex index) : device_(index), mode_(cudaStreamCaptureModeThreadLocal) {}
+
+ private:
+  c10::cuda::CUDAGuard device_;
+  c10::cuda::CUDAStreamCaptureModeGuard mode_;
+};
 
 // Events are recycled, never destroyed. cudaEventDestroy waits for a driver
 // lock that a thread blocked in a synchronous copy holds (seen on an H200,
@@ -72,19 +87,24 @@ class EventPool {
 // earlier recording is never what an owner sees.
 class CudaEvent final : public DeviceEvent {
  public:
-  explicit CudaEvent(c10::DeviceIndex index) : pool_(EventPool::of(index)), event_(pool_.take()) {}
+  explicit CudaEvent(c10::DeviceIndex index) : index_(index), pool_(EventPool::of(index)), event_(pool_.take()) {}
   ~CudaEvent() override { pool_.give(event_); }
   bool query() override {
+    ThreadOn on(index_);
     cudaError_t rc = cudaEventQuery(event_);
     if (rc == cudaErrorNotReady) return false;
     check(rc, "cudaEventQuery");
     return true;
   }
-  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void synchronize() override {
+    ThreadOn on(index_);
+    check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+  }
 
   cudaEvent_t get() const { return event_; }
 
  private:
+  c10::DeviceIndex index_;
   EventPool& pool_;
   cudaEvent_t event_ = nullptr;
 };
@@ -119,10 +139,20 @@ void CudaStream::wait(DeviceEvent& event) {
   check(cudaStreamWaitEvent(stream_.stream(), static_cast<CudaEvent&>(event).get(), 0), "cudaStreamWaitEvent");
 }
 
-void CudaStream::waitFlag(const uint32_t* flag, uint32_t atLeast) {
-  c10::cuda::CUDAGuard guard(stream_.device_index());
+namespace {
+
+// A flag in page-locked host memory, as the device addresses it.
+void* flagOnDevice(const uint32_t* flag) {
   void* onDevice = nullptr;
   check(cudaHostGetDevicePointer(&onDevice, const_cast<uint32_t*>(flag), 0), "cudaHostGetDevicePointer");
+  return onDevice;
+}
+
+}  // namespace
+
+void CudaStream::waitFlag(const uint32_t* flag, uint32_t atLeast) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  void* onDevice = flagOnDevice(flag);
   CUresult rc = waitValueFn()(reinterpret_cast<CUstream>(stream_.stream()), reinterpret_cast<CUdeviceptr>(onDevice),
                               atLeast, CU_STREAM_WAIT_VALUE_GEQ);
   if (rc != CUDA_SUCCESS) {
@@ -136,6 +166,12 @@ void CudaStream::copy(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.stream()), "cudaMemcpyAsync");
 }
 
+void CudaStream::copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  copyUnlessFailedCuda(dst, src, bytes, static_cast<const uint32_t*>(flagOnDevice(flag)), kFlagFailed,
+                       stream_.stream());
+}
+
 void CudaStream::reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {
   c10::cuda::CUDAGuard guard(stream_.device_index());
   reduceCuda(dst, src, count, dtype, op, stream_.stream());
@@ -147,8 +183,21 @@ void CudaStream::scale(void* buf, size_t count, DType dtype, double factor) {
 }
 
 void CudaStream::synchronize() {
-  c10::cuda::CUDAGuard guard(stream_.device_index());
+  ThreadOn on(stream_.device_index());
   check(cudaStreamSynchronize(stream_.stream()), "cudaStreamSynchronize");
+}
+
+bool CudaStream::capturing() {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t rc = cudaStreamIsCapturing(stream_.stream(), &status);
+  // The legacy default stream while another thread captures in global mode.
+  if (rc == cudaErrorStreamCaptureImplicit) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  check(rc, "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
 }
 
 std::unique_ptr<DeviceStream> CudaDevice::newStream() {
@@ -164,10 +213,36 @@ std::shared_ptr<std::byte> CudaDevice::allocDevice(size_t bytes) {
 }
 
 std::shared_ptr<std::byte> CudaDevice::allocPinned(size_t bytes) {
+  // Page-locking is done in the current device's context.
+  c10::cuda::CUDAGuard guard(index_);
   auto data = std::make_shared<c10::DataPtr>(at::getHostAllocator(at::kCUDA)->allocate(bytes));
   return std::shared_ptr<std::byte>(data, static_cast<std::byte*>(data->get()));
 }
 
 CudaStream CudaDevice::currentStream() const { return CudaStream(c10::cuda::getCurrentCUDAStream(index_)); }
+
+Device::ThreadState CudaDevice::enter() {
+  ThreadState before;
+  before.device = c10::cuda::ExchangeDevice(index_);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+  check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  before.captureMode = int(mode);
+  return before;
+}
+
+// As c10's CUDAGuard restores: MaybeSetDevice makes no context on a device
+// that has none (a thread that never used device 0 is not moved back there).
+void CudaDevice::leave(const ThreadState& before) {
+  auto mode = cudaStreamCaptureMode(before.captureMode);
+  C10_CUDA_CHECK_WARN(cudaThreadExchangeStreamCaptureMode(&mode));
+  C10_CUDA_CHECK_WARN(c10::cuda::MaybeSetDevice(c10::DeviceIndex(before.device)));
+}
+
+void CudaDevice::loadKernels() {
+  std::call_once(kernelsLoaded_, [this] {
+    c10::cuda::CUDAGuard guard(index_);
+    loadCudaKernels();
+  });
+}
 
 }  // namespace ringx

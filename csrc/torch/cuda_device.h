@@ -6,6 +6,8 @@
 
 #include <c10/cuda/CUDAStream.h>
 
+#include <mutex>
+
 #include "core/device/device.h"
 
 namespace ringx {
@@ -18,9 +20,11 @@ class CudaStream final : public DeviceStream {
   void wait(DeviceEvent& event) override;
   void waitFlag(const uint32_t* flag, uint32_t atLeast) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) override;
   void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) override;
   void scale(void* buf, size_t count, DType dtype, double factor) override;
   void synchronize() override;
+  bool capturing() override;
 
   c10::cuda::CUDAStream stream() const { return stream_; }
 
@@ -39,6 +43,9 @@ class CudaDevice final : public Device {
   std::unique_ptr<DeviceEvent> newEvent() override;
   std::shared_ptr<std::byte> allocDevice(size_t bytes) override;
   std::shared_ptr<std::byte> allocPinned(size_t bytes) override;
+  ThreadState enter() override;
+  void leave(const ThreadState& before) override;
+  void loadKernels() override;
 
   // The calling thread's current stream on this device, as torch sees it.
   CudaStream currentStream() const;
@@ -46,6 +53,7 @@ class CudaDevice final : public Device {
 
  private:
   c10::DeviceIndex index_;
+  std::once_flag kernelsLoaded_;
 };
 
 }  // namespace ringx

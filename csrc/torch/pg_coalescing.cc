@@ -97,6 +97,14 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitHeld(std::vector<Held> he
     calls.push_back(held[i].work);
     timeout = std::max(timeout, held[i].op->timeout);
   }
+  // CUDA calls end on the group's stream in issue order: the block is in
+  // place once its last one is.
+  for (auto it = held.rbegin(); it != held.rend(); ++it) {
+    if (auto end = it->work->deviceEnd()) {
+      work->onDevice(std::move(*end));
+      break;
+    }
+  }
   auto op = std::make_unique<Op>("coalesced", seq, std::move(merged));
   op->timeout = timeout;
   op->keepAlive = exitSafe(std::move(keepAlive));

@@ -32,8 +32,11 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
   if (!cuda_) {
     CudaComm cc;
     cc.device = std::make_unique<CudaDevice>(index);
-    cc.order = cc.device->newStream();
+    cc.order = std::make_unique<DeviceOrder>(*cc.device);
     cc.compute = cc.device->newStream();
+    // Here, on the issuing thread, not lazily at a first launch on the
+    // progress thread (Device::loadKernels).
+    cc.device->loadKernels();
     RINGX_LOG(Info, "ringx: rank " << rank_ << " runs CUDA tensors on " << cc.device->name() << ", "
                                    << (cudaResident_ ? "device-resident" : "host-staged"));
     cuda_ = std::move(cc);
@@ -67,20 +70,36 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
     }
     index = t.device().index();
   }
-  if (held_) throwValueError(call.ctx, "CUDA tensors inside a coalescing block are not supported yet");
   cuda.index = *index;
+  // An earlier op's failure that no wait() raised (it returned before the
+  // op ended) is raised here, as NCCL's async error handling does.
+  if (auto failed = comm_->error()) {
+    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                call.ctx.prefix() + "an earlier collective of this group failed: " + failed->what());
+  }
+  // Before anything touches a stream: waiting for a capturing stream would
+  // make ringx's order stream join the capture.
+  CudaStream caller(c10::cuda::getCurrentCUDAStream(cuda.index));
+  try {
+    refuseCapture(caller, call.ctx.prefix());
+  } catch (const Error& e) {
+    throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
+  }
   cuda.comm = &cudaComm(call.ctx, cuda.index);
   // wait() returns without driving the op (the stream waits, not the host):
   // the progress thread must run it.
   call.callerWaits = call.callerWaits && blockingWait_;
   cuda.resident = resident;
-  CudaStream caller = cuda.comm->device->currentStream();
   const bool inPlace = args && (args->coll == Collective::AllReduce || args->coll == Collective::Broadcast ||
                                 args->coll == Collective::Reduce);
   std::vector<size_t> cuts;
   if (!resident && inPlace) cuts = pieceCuts(args->bytes(), dtypeSize(args->dtype), cudaStageBytes_);
-  cuda.staging.emplace(*cuda.comm->device, *cuda.comm->order, caller,
-                       resident ? std::vector<DeviceRegion>{} : std::move(regions), std::move(cuts));
+  // Resident, the tensors are only ordered against the ops in flight on
+  // the same memory, not copied.
+  if (resident) {
+    for (DeviceRegion& r : regions) r.in = r.out = false;
+  }
+  cuda.staging.emplace(*cuda.comm->order, caller, std::move(regions), std::move(cuts));
   RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", "
                                     << (resident ? "device-resident" : "host-staged"));
   return cuda;
@@ -92,19 +111,21 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
 void ProcessGroupRingx::endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive,
                                 const std::function<void()>& publish, WorkRingx& work) {
   CudaComm& cc = *cuda.comm;
-  const auto order = static_cast<CudaStream&>(*cc.order).stream();
+  const auto in = static_cast<CudaStream&>(cc.order->in()).stream();
+  const auto out = static_cast<CudaStream&>(cc.order->out()).stream();
   const auto compute = static_cast<CudaStream&>(*cc.compute).stream();
   for (const at::Tensor& t : keepAlive) {
     if (!t.defined() || !t.storage().data_ptr()) continue;
-    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), order);
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), in);
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), out);
     if (cuda.resident) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
   }
   if (publish) {
-    c10::cuda::CUDAStreamGuard guard(order);
+    c10::cuda::CUDAStreamGuard guard(out);
     publish();
   }
   std::shared_ptr<DeviceEvent> finished = cc.device->newEvent();
-  cc.order->record(*finished);
+  cc.order->out().record(*finished);
   CudaDevice* device = cc.device.get();
   work.onDevice({c10::Device(c10::kCUDA, cuda.index), finished,
                  [device, finished] { device->currentStream().wait(*finished); },
@@ -114,14 +135,16 @@ void ProcessGroupRingx::endCuda(CudaCall& cuda, const std::vector<at::Tensor>& k
                    c10::cuda::CUDAStreamGuard guard(static_cast<CudaStream&>(*stream).stream());
                    fn();
                  },
-                 blockingWait_});
+                 blockingWait_, asyncTeardown_});
 }
 
 c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const CollArgs& args,
                                                               std::vector<at::Tensor> keepAlive,
                                                               std::vector<at::Tensor> outputs,
                                                               std::function<void()> publish) {
+  c10::cuda::OptionalCUDAGuard guard;
   CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_, &args);
+  guard.set_index(cuda.index);
   CollArgs a = args;
   if (cuda.resident) {
     a.device = {cuda.comm->device.get(), cuda.comm->compute.get()};
@@ -129,7 +152,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
     pointAtHost(a, *cuda.staging);
   }
   auto work = submitArgs(call, a, &*cuda.staging, keepAlive, std::move(outputs), nullptr);
-  endCuda(cuda, keepAlive, publish, *work);
+  // Inside a coalescing block the call's Work is held, not returned.
+  endCuda(cuda, keepAlive, publish, work ? *work : *held_->back().work);
   return work;
 }
 
@@ -140,13 +164,16 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call
                                                                       std::vector<at::Tensor> outputs,
                                                                       std::function<void()> publish) {
   const size_t n = regions.size();
+  c10::cuda::OptionalCUDAGuard guard;
   CudaCall cuda = beginCuda(call, keepAlive, std::move(regions), false);
+  guard.set_index(cuda.index);
   std::vector<void*> buffers;
   for (size_t i = 0; i < n; ++i) buffers.push_back(cuda.staging->host(i));
   Schedule schedule = cuda.staging->wrap(build(buffers));
   auto work = submitBuilt(
       call, [&](uint64_t) { return std::move(schedule); }, keepAlive, std::move(outputs), nullptr);
-  endCuda(cuda, keepAlive, publish, *work);
+  // Inside a coalescing block the call's Work is held, not returned.
+  endCuda(cuda, keepAlive, publish, work ? *work : *held_->back().work);
   return work;
 }
 

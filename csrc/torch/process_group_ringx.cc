@@ -79,6 +79,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     cudaResident_ = settingEffective("RINGX_CUDA_PATH") == "RESIDENT";
     cudaStageBytes_ = settingPositive("RINGX_CUDA_STAGE_BYTES");
     blockingWait_ = settingFlag("RINGX_BLOCKING_WAIT");
+    asyncTeardown_ = settingEffective("RINGX_ASYNC_ERROR_HANDLING") == "TEARDOWN";
 #endif
     uopts.tls = settingText("RINGX_TLS");
     copts.spin = std::chrono::microseconds(settingPositive("RINGX_SPIN_US"));

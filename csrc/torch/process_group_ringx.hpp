@@ -231,7 +231,7 @@ class ProcessGroupRingx : public c10d::Backend {
                WorkRingx& work);
   struct CudaComm {
     std::unique_ptr<CudaDevice> device;
-    std::unique_ptr<DeviceStream> order;    // the op's ordering and, staged, its copies
+    std::unique_ptr<DeviceOrder> order;     // the ops' ordering and, staged, their copies
     std::unique_ptr<DeviceStream> compute;  // device-resident reduce, copy and scale steps
   };
   CudaComm& cudaComm(const CallContext& c, c10::DeviceIndex index);
@@ -240,6 +240,7 @@ class ProcessGroupRingx : public c10d::Backend {
   bool cudaResident_ = false;
   size_t cudaStageBytes_ = 0;
   bool blockingWait_ = false;
+  bool asyncTeardown_ = false;  // RINGX_ASYNC_ERROR_HANDLING=teardown
 #endif
   // A schedule of the caller's own over `regions`, the tensors' memory it
   // reads and writes: `build` gets the pointers to use in their place (the

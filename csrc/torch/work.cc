@@ -5,7 +5,11 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <thread>
+
 #include "core/common/fork_generation.h"
+#include "core/common/log.h"
 
 namespace ringx {
 
@@ -37,6 +41,11 @@ void WorkRingx::onDevice(DeviceEnd end) {
   device_ = std::move(end);
 }
 
+std::optional<WorkRingx::DeviceEnd> WorkRingx::deviceEnd() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return device_;
+}
+
 bool WorkRingx::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_ && (!device_ || exception_ || device_->finished->query());
@@ -44,6 +53,14 @@ bool WorkRingx::isCompleted() {
 
 void WorkRingx::synchronize() {
   if (device_) device_->waitOnCurrentStream();
+}
+
+void WorkRingx::blockCurrentStream() {
+  if (device_) {
+    synchronize();
+  } else {
+    c10d::Work::blockCurrentStream();
+  }
 }
 
 bool WorkRingx::isSuccess() const {
@@ -65,7 +82,14 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
                                     ", whose engine threads a forked child does not have; wait on it in "
                                     "the parent, or create a new process group in the child");
   }
-  if (device_ && !device_->blockingWait) {
+  auto timedOut = [&] {
+    return c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                 "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
+                                     std::to_string(seq_) + "): Timed out after " + std::to_string(timeout.count()) +
+                                     " ms in Work.wait(timeout); the operation is still pending");
+  };
+  // With a timeout the host blocks, as NCCL's wait(timeout) does.
+  if (device_ && !device_->blockingWait && timeout == kNoTimeout) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (completed_ && exception_) std::rethrow_exception(exception_);
@@ -91,15 +115,20 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
   if (!until) {
     cv_.wait(lock, [this] { return completed_; });
   } else if (!cv_.wait_until(lock, *until, [this] { return completed_; })) {
-    throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
-                                "ringx: " + opName + " (rank " + std::to_string(rank_) + ", seq " +
-                                    std::to_string(seq_) + "): Timed out after " +
-                                    std::to_string(timeout.count()) +
-                                    " ms in Work.wait(timeout); the operation is still pending");
+    throw timedOut();
   }
   if (exception_) std::rethrow_exception(exception_);
   lock.unlock();
-  if (device_) device_->finished->synchronize();
+  if (!device_) return true;
+  if (!until) {
+    device_->finished->synchronize();
+  } else {
+    while (!device_->finished->query()) {
+      if (Clock::now() >= *until) throw timedOut();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  device_->waitOnCurrentStream();
   return true;
 }
 
@@ -141,6 +170,12 @@ std::vector<at::Tensor> WorkRingx::result() { return outputs_; }
 
 void WorkRingx::markDone(const Error* error) {
   std::exception_ptr ex;
+  if (error && device_ && device_->teardownOnError) {
+    // As TORCH_NCCL_ASYNC_ERROR_HANDLING=1: nobody may be waiting to hear.
+    RINGX_LOG(Warn, "ringx: " << opName << " (rank " << rank_ << ", seq " << seq_ << ") failed, and "
+                               << "RINGX_ASYNC_ERROR_HANDLING=teardown aborts the process: " << error->what());
+    std::abort();
+  }
   if (error) {
     ex = toTorchException(*error);
   } else if (publish) {

@@ -17,7 +17,8 @@
 // On CUDA tensors (onDevice()) the data is in place once a device event has
 // fired, after the op ended on the host: isCompleted() asks the event too;
 // wait() and synchronize() make the caller's current stream wait for it and
-// return at once (wait() blocks, as before, with RINGX_BLOCKING_WAIT=1); the
+// return at once (wait() blocks, as before, with RINGX_BLOCKING_WAIT=1, and
+// wait(timeout) blocks until the outputs are in place or raises, as NCCL's); the
 // Future is created for the device, so its callbacks run stream-ordered.
 #pragma once
 
@@ -44,6 +45,9 @@ class WorkRingx : public c10d::Work {
   std::exception_ptr exception() const override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   void synchronize() override;
+  // Blocks the current stream until the outputs are in place: synchronize()
+  // for CUDA tensors; torch's spin kernel otherwise.
+  void blockCurrentStream() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override { return seq_; }
@@ -69,8 +73,11 @@ class WorkRingx : public c10d::Work {
     std::function<void()> waitOnCurrentStream;
     std::function<void(const std::function<void()>&)> onFinishedStream;
     bool blockingWait = false;
+    // RINGX_ASYNC_ERROR_HANDLING=teardown: a failure aborts the process.
+    bool teardownOnError = false;
   };
   void onDevice(DeviceEnd end);
+  std::optional<DeviceEnd> deviceEnd() const;
 
   std::function<void()> publish;
   std::string opName;

@@ -12,84 +12,13 @@
 #include <numeric>
 
 #include "core/device/host_staging.h"
-#include "core/device/sim_device.h"
-#include "core/transport/loopback/loopback_transport.h"
-#include "core/transport/shm/cma.h"
-#include "core/transport/shm/shm_area.h"
-#include "test_support.h"
+#include "sim_support.h"
 
 using namespace ringx;
 using namespace ringx::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-// One rank: its device, the communicator's stream and the caller's.
-struct SimRank {
-  explicit SimRank(int r, int maxDelayUs = 200)
-      : device(SimDeviceOptions{r, maxDelayUs, uint64_t(r) + 7}), comm(device.newStream()), caller(device.newStream()) {}
-  SimDevice device;
-  std::unique_ptr<DeviceStream> comm;
-  std::unique_ptr<DeviceStream> caller;
-};
-
-struct SimWorld {
-  explicit SimWorld(int size, int maxDelayUs = 200, std::chrono::milliseconds timeout = 20s)
-      : world(makeLoopbackWorld(size)), areas(size), cmas(size) {
-    onEachRank(size, [&](int r) {
-      areas[r] = ShmArea::create(store, "t", r, size, 4096);
-      cmas[r] = Cma::create(store, "t", r, size, CmaMode::On);
-    });
-    CommOptions o;
-    o.timeout = timeout;
-    for (int r = 0; r < size; ++r) {
-      comms.push_back(std::make_unique<Communicator>(std::move(world.transports[r]), o));
-      ranks.push_back(std::make_unique<SimRank>(r, maxDelayUs));
-    }
-  }
-  ~SimWorld() { comms.clear(); }
-
-  LoopbackWorld world;
-  MemoryStore store;
-  std::vector<std::unique_ptr<ShmArea>> areas;
-  std::vector<std::unique_ptr<Cma>> cmas;
-  std::vector<std::unique_ptr<Communicator>> comms;
-  std::vector<std::unique_ptr<SimRank>> ranks;
-};
-
-// A device buffer the caller's stream fills from `host` (enqueued, so still
-// pending when the collective is issued).
-std::shared_ptr<std::byte> deviceCopyOf(SimRank& r, const std::vector<std::byte>& host) {
-  auto d = r.device.allocDevice(host.size());
-  r.caller->copy(d.get(), host.data(), host.size());
-  return d;
-}
-
-// What the caller sees once its stream has waited for `done`: the stream
-// copies the buffer out, then the host waits for the stream.
-std::vector<std::byte> readAfter(SimRank& r, DeviceEvent& done, const void* d, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  r.caller->wait(done);
-  r.caller->copy(out.data(), d, bytes);
-  r.caller->synchronize();
-  return out;
-}
-
-std::vector<std::byte> pattern(int rank, size_t bytes, DType dtype) {
-  std::vector<std::byte> b(bytes);
-  const size_t n = bytes / dtypeSize(dtype);
-  for (size_t i = 0; i < n; ++i) {
-    const int v = rank * 1000 + int(i % 97) + 1;
-    if (dtype == DType::I64) {
-      int64_t x = v;
-      std::memcpy(b.data() + i * 8, &x, 8);
-    } else {
-      float x = float(v);
-      std::memcpy(b.data() + i * 4, &x, 4);
-    }
-  }
-  return b;
-}
 
 // The args of one call of `coll` with `count` elements per block; the
 // buffers are set by the caller.
@@ -215,7 +144,7 @@ int checkEveryAlgorithm(int size, DType dtype, bool resident) {
       auto dBuf = bufBytes ? deviceCopyOf(me, buf0) : nullptr;
       a.input = dIn.get();
       a.buf = dBuf.get();
-      HostStaging staging(me.device, *me.comm, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
+      HostStaging staging(me.order, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
       if (!resident) pointAtHost(a, staging);
       Schedule s = staging.wrap(alg.build(a));
       RANK_REQUIRE_NO_ERROR(runOp(*w.comms[r], std::string(collectiveName(alg.coll)), onDevice, std::move(s)));
@@ -251,7 +180,7 @@ TEST_CASE("host-staged: the caller's stream may enqueue reads of the result righ
     a.dtype = DType::I64;
     a.count = n;
     a.buf = d.get();
-    HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+    HostStaging staging(me.order, *me.caller, regionsOf(a));
     pointAtHost(a, staging);
     auto promise = std::make_shared<std::promise<void>>();
     auto op = std::make_unique<Op>("all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
@@ -298,7 +227,7 @@ TEST_CASE("host-staged: back-to-back collectives issued from two streams, and on
       a.dtype = DType::I64;
       a.count = n;
       a.buf = buf;
-      HostStaging staging(me.device, *me.comm, *stream, regionsOf(a));
+      HostStaging staging(me.order, *stream, regionsOf(a));
       pointAtHost(a, staging);
       done.push_back(staging.done());
       results.push_back(std::async(std::launch::async, [&, s = staging.wrap(buildAllReduceRecursiveDoubling(a)),
@@ -353,7 +282,7 @@ TEST_CASE("a thread blocked on the device for the next op does not stop the rele
           a.count = n;
           a.buf = buf;
           if (resident) a.device = DeviceQueue{&me.device, compute[r].get()};
-          HostStaging staging(me.device, *me.comm, *me.caller,
+          HostStaging staging(me.order, *me.caller,
                               resident ? std::vector<DeviceRegion>{} : regionsOf(a));
           if (!resident) pointAtHost(a, staging);
           done = staging.done();
@@ -396,13 +325,13 @@ TEST_CASE("host-staged: a schedule that fails still lets the communicator's stre
   a.dtype = DType::I64;
   a.count = n;
   a.buf = d.get();
-  HostStaging staging(me.device, *me.comm, *me.caller, regionsOf(a));
+  HostStaging staging(me.order, *me.caller, regionsOf(a));
   pointAtHost(a, staging);
   auto err = runOp(*w.comms[0], "all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
   REQUIRE(err);
   REQUIRE(err->kind() == ErrorKind::Timeout);
   auto after = me.device.newEvent();
-  me.comm->record(*after);
+  me.order.out().record(*after);
   after->synchronize();
   REQUIRE(staging.done()->query());
 }
@@ -431,7 +360,7 @@ TEST_CASE("host-staged in pieces: an all_reduce or broadcast cut into pieces giv
       SimRank& me = *w.ranks[r];
       const auto in = pattern(r, n * 8, DType::I64);
       auto d = deviceCopyOf(me, in);
-      HostStaging staging(me.device, *me.comm, *me.caller, {{d.get(), n * 8, true, true}}, cuts);
+      HostStaging staging(me.order, *me.caller, {{d.get(), n * 8, true, true}}, cuts);
       std::vector<Schedule> pieces;
       for (size_t k = 0; k + 1 < cuts.size(); ++k) {
         CollArgs a{coll, r, size, 10 + k};
@@ -473,7 +402,8 @@ TEST_CASE("a failed op is reported only once its device work has stopped writing
   auto dst = me.device.allocDevice(n);
   std::memset(src.get(), 7, n);
   std::memset(dst.get(), 0, n);
-  Schedule s(DType::U8, ReduceOp::Sum, DeviceQueue{&me.device, me.comm.get()});
+  auto compute = streamOn(me.device);
+  Schedule s(DType::U8, ReduceOp::Sum, DeviceQueue{&me.device, compute.get()});
   s.setAlgorithm("test");
   for (size_t off = 0; off < n; off += n / 8) s.copy(dst.get() + off, src.get() + off, n / 8);
   s.poll([]() -> bool { throw Error(ErrorKind::InvalidArgument, "injected failure"); }, nullptr);

@@ -66,6 +66,11 @@ const std::vector<Setting> kSettings = {
      "`1`: `Work.wait()` on a collective of CUDA tensors blocks the host until the data is in place and "
      "raises its error, like `TORCH_NCCL_BLOCKING_WAIT`. `0`: it makes the caller's current stream wait "
      "for the collective and returns at once, as NCCL does."},
+    {"RINGX_ASYNC_ERROR_HANDLING", SettingType::Choice, "`raise`, `teardown`", "raise", "`raise`", nullptr, false,
+     "What happens when a collective on CUDA tensors fails after its non-blocking `Work.wait()` returned, "
+     "like `TORCH_NCCL_ASYNC_ERROR_HANDLING`. `raise`: the error is raised by the group's next call on CUDA "
+     "tensors (the group is unusable from then on) and by `Work.exception()`. `teardown`: the process logs it "
+     "and aborts. Either way a failed collective leaves the caller's tensors as they were (host-staged path)."},
     {"RINGX_SHM", SettingType::Flag, "`0`, `1`", "1", "`1`", nullptr, true,
      "Set up shared memory between ranks on one host for the intra-host algorithms; `0` sends "
      "everything "

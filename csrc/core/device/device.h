@@ -6,6 +6,11 @@
 //
 // Every call that takes a stream only enqueues: it returns before the work
 // runs. Nothing here blocks except synchronize().
+//
+// A device runtime keeps state per thread: the current device (CUDA's starts
+// at 0, and a thread's first call makes a context there) and the graph-capture
+// mode. Every call into a device is made inside an OnDevice guard for it, on
+// whichever thread: the caller's, the progress thread, the callback pool.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +32,11 @@ class DeviceEvent {
   virtual void synchronize() = 0;
 };
 
+// A host flag a stream waits on (DeviceStream::waitFlag) counts pieces of an
+// op done; this bit says the op failed. It compares above every count, so
+// it also lets the stream past its waits.
+inline constexpr uint32_t kFlagFailed = 0x80000000u;
+
 class DeviceStream {
  public:
   virtual ~DeviceStream() = default;
@@ -40,10 +50,18 @@ class DeviceStream {
   virtual void waitFlag(const uint32_t* flag, uint32_t atLeast) = 0;
   // Host or device memory, either way.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Device to device, unless *flag (as waitFlag's) has kFlagFailed set when
+  // the stream gets there: the device decides, since the host enqueued the
+  // copy long before it knew.
+  virtual void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) = 0;
   // reduce.h's semantics, on device memory.
   virtual void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) = 0;
   virtual void scale(void* buf, size_t count, DType dtype, double factor) = 0;
   virtual void synchronize() = 0;
+  // Whether the stream is capturing a graph: work enqueued on it (or on a
+  // stream that waits for an event recorded on it) joins the capture instead
+  // of running.
+  virtual bool capturing() = 0;
 };
 
 class Device {
@@ -60,6 +78,40 @@ class Device {
   // Page-locked host memory the device copies to and from asynchronously
   // and can read a flag in (waitFlag).
   virtual std::shared_ptr<std::byte> allocPinned(size_t bytes) = 0;
+
+  // The calling thread's runtime state, as enter() found it.
+  struct ThreadState {
+    int device = 0;
+    int captureMode = 0;
+  };
+  // Makes this device the calling thread's current one and its graph-capture
+  // mode thread-local (so that another thread's capture does not fail its
+  // event queries); leave() restores what enter() returned, without making a
+  // context on a device the thread never used. Through OnDevice only.
+  virtual ThreadState enter() = 0;
+  virtual void leave(const ThreadState& before) = 0;
+  // Loads every kernel ringx launches on this device, on the calling thread.
+  // A runtime that loads kernels lazily would otherwise do it at the first
+  // launch, on the thread that progresses the op, while a stream may be
+  // waiting on a flag only that thread sets. Idempotent.
+  virtual void loadKernels() = 0;
+};
+
+// The calling thread runs on `device` (null: nothing) until this goes.
+class OnDevice {
+ public:
+  explicit OnDevice(Device* device) : device_(device) {
+    if (device_) before_ = device_->enter();
+  }
+  ~OnDevice() {
+    if (device_) device_->leave(before_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  Device* device_;
+  Device::ThreadState before_;
 };
 
 // Where a device-resident schedule runs its reduce, copy and scale steps.

@@ -11,9 +11,59 @@
 #include <shared_mutex>
 #include <thread>
 
+#include "core/common/error.h"
 #include "core/reduce/reduce.h"
 
 namespace ringx {
+
+namespace {
+
+// A CUDA runtime's per-thread state, and its process-wide count of captures
+// in global mode.
+constexpr int kCaptureGlobal = 0, kCaptureThreadLocal = 1;
+thread_local int currentDevice = 0;
+thread_local int captureMode = kCaptureGlobal;
+std::atomic<int> globalCaptures{0};
+
+}  // namespace
+
+// What a device's streams, events and memory share with it and may outlive
+// it with.
+struct SimShared {
+  explicit SimShared(int index) : index(index) {}
+
+  // A call from the host. An `unsafe` one fails, as in CUDA, while a capture
+  // in global mode is under way and this thread is in global mode too.
+  void note(const char* what, bool unsafe = false) {
+    ++calls;
+    if (currentDevice != index && offDevice++ == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      firstOffDevice = std::string(what) + " on a thread whose current device is sim:" +
+                       std::to_string(currentDevice) + ", for sim:" + std::to_string(index);
+    }
+    if (unsafe && globalCaptures.load() > 0 && captureMode == kCaptureGlobal) {
+      throw Error(ErrorKind::Internal, std::string("sim device: ") + what +
+                                           ": operation not permitted when a stream is capturing in global mode");
+    }
+  }
+  // A kernel launch, which loads the kernels if nothing did before.
+  void launch(const char* what) {
+    note(what);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!loadedBy) {
+      loadedBy = std::this_thread::get_id();
+      loadedLazily = true;
+    }
+  }
+
+  const int index;
+  std::shared_mutex driver;
+  std::atomic<uint64_t> calls{0}, offDevice{0}, captured{0};
+  mutable std::mutex mu;  // guards the three below
+  std::string firstOffDevice;
+  std::optional<std::thread::id> loadedBy;
+  bool loadedLazily = false;
+};
 
 namespace {
 
@@ -32,18 +82,23 @@ struct EventState {
   }
 };
 
-using DriverLock = std::shared_ptr<std::shared_mutex>;
+using Shared = std::shared_ptr<SimShared>;
 
 class SimEvent final : public DeviceEvent {
  public:
-  explicit SimEvent(DriverLock driver) : driver_(std::move(driver)) {}
-  ~SimEvent() override { std::unique_lock<std::shared_mutex> lock(*driver_); }
+  explicit SimEvent(Shared shared) : shared_(std::move(shared)) { shared_->note("cudaEventCreate"); }
+  ~SimEvent() override {
+    shared_->note("cudaEventDestroy");
+    std::unique_lock<std::shared_mutex> lock(shared_->driver);
+  }
 
   bool query() override {
+    shared_->note("cudaEventQuery", true);
     std::lock_guard<std::mutex> lock(state->mu);
     return state->reached >= state->recorded;
   }
   void synchronize() override {
+    shared_->note("cudaEventSynchronize", true);
     std::unique_lock<std::mutex> lock(state->mu);
     const uint64_t mark = state->recorded;
     state->cv.wait(lock, [&] { return state->reached >= mark; });
@@ -52,13 +107,13 @@ class SimEvent final : public DeviceEvent {
   std::shared_ptr<EventState> state = std::make_shared<EventState>();
 
  private:
-  DriverLock driver_;
+  Shared shared_;
 };
 
 class SimStream final : public DeviceStream {
  public:
-  SimStream(int maxDelayUs, uint64_t seed, DriverLock driver)
-      : driver_(std::move(driver)), maxDelayUs_(maxDelayUs), rng_(seed), worker_([this] { run(); }) {}
+  SimStream(int maxDelayUs, uint64_t seed, Shared shared)
+      : shared_(std::move(shared)), maxDelayUs_(maxDelayUs), rng_(seed), worker_([this] { run(); }) {}
   ~SimStream() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -69,6 +124,7 @@ class SimStream final : public DeviceStream {
   }
 
   void record(DeviceEvent& event) override {
+    call("cudaEventRecord");
     auto state = static_cast<SimEvent&>(event).state;
     uint64_t mark;
     {
@@ -79,6 +135,7 @@ class SimStream final : public DeviceStream {
   }
 
   void wait(DeviceEvent& event) override {
+    call("cudaStreamWaitEvent");
     auto state = static_cast<SimEvent&>(event).state;
     uint64_t mark;
     {
@@ -92,6 +149,7 @@ class SimStream final : public DeviceStream {
   }
 
   void waitFlag(const uint32_t* flag, uint32_t atLeast) override {
+    call("cuStreamWaitValue32");
     enqueue([this, flag, atLeast] {
       std::atomic_ref<const uint32_t> word(*flag);
       while (word.load(std::memory_order_acquire) < atLeast && !stopping()) {
@@ -101,28 +159,58 @@ class SimStream final : public DeviceStream {
   }
 
   void copy(void* dst, const void* src, size_t bytes) override {
+    call("cudaMemcpyAsync");
     enqueue([dst, src, bytes] {
       if (bytes) std::memmove(dst, src, bytes);
     });
   }
 
+  void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) override {
+    call("copy kernel", true);
+    enqueue([dst, src, bytes, flag] {
+      std::atomic_ref<const uint32_t> word(*flag);
+      if (bytes && !(word.load(std::memory_order_acquire) & kFlagFailed)) std::memmove(dst, src, bytes);
+    });
+  }
+
   void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) override {
+    call("reduce kernel", true);
     ReduceFn fn = reduceFn(dtype, op);
     enqueue([fn, dst, src, count] { fn(dst, src, count); });
   }
 
   void scale(void* buf, size_t count, DType dtype, double factor) override {
+    call("scale kernel", true);
     enqueue([buf, count, dtype, factor] { ringx::scale(buf, count, dtype, factor); });
   }
 
   void synchronize() override {
-    std::shared_lock<std::shared_mutex> driver(*driver_);
+    shared_->note("cudaStreamSynchronize", true);
+    std::shared_lock<std::shared_mutex> driver(shared_->driver);
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t mark = enqueued_;
     idleCv_.wait(lock, [&] { return finished_ >= mark; });
   }
 
+  bool capturing() override {
+    shared_->note("cudaStreamIsCapturing");
+    return capturing_;
+  }
+
+  std::atomic<bool> capturing_{false};
+  bool captureGlobal_ = false;
+
  private:
+  // Work enqueued from the host: a launch (`kernel`) may load the kernels.
+  void call(const char* what, bool kernel = false) {
+    if (kernel) {
+      shared_->launch(what);
+    } else {
+      shared_->note(what);
+    }
+    if (capturing_) ++shared_->captured;
+  }
+
   void enqueue(std::function<void()> work) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -158,7 +246,7 @@ class SimStream final : public DeviceStream {
     }
   }
 
-  DriverLock driver_;
+  Shared shared_;
   const int maxDelayUs_;
   std::mt19937_64 rng_;
   std::mutex mu_;
@@ -170,9 +258,11 @@ class SimStream final : public DeviceStream {
 };
 
 // Uninitialised device memory is not zero on a GPU either.
-std::shared_ptr<std::byte> allocFilled(size_t bytes, DriverLock driver) {
-  std::shared_ptr<std::byte> p(new std::byte[bytes ? bytes : 1], [driver = std::move(driver)](std::byte* b) {
-    std::unique_lock<std::shared_mutex> lock(*driver);
+std::shared_ptr<std::byte> allocFilled(size_t bytes, Shared shared) {
+  shared->note("cudaMalloc");
+  std::shared_ptr<std::byte> p(new std::byte[bytes ? bytes : 1], [shared = std::move(shared)](std::byte* b) {
+    shared->note("cudaFree");
+    std::unique_lock<std::shared_mutex> lock(shared->driver);
     delete[] b;
   });
   std::memset(p.get(), 0xa5, bytes);
@@ -181,14 +271,68 @@ std::shared_ptr<std::byte> allocFilled(size_t bytes, DriverLock driver) {
 
 }  // namespace
 
+SimDevice::SimDevice(SimDeviceOptions options)
+    : options_(options), shared_(std::make_shared<SimShared>(options.index)) {}
+
 std::unique_ptr<DeviceStream> SimDevice::newStream() {
-  return std::make_unique<SimStream>(options_.maxDelayUs, options_.seed * 1000003 + ++streams_, driver_);
+  shared_->note("cudaStreamCreate");
+  return std::make_unique<SimStream>(options_.maxDelayUs, options_.seed * 1000003 + ++streams_, shared_);
 }
 
-std::unique_ptr<DeviceEvent> SimDevice::newEvent() { return std::make_unique<SimEvent>(driver_); }
+std::unique_ptr<DeviceEvent> SimDevice::newEvent() { return std::make_unique<SimEvent>(shared_); }
 
-std::shared_ptr<std::byte> SimDevice::allocDevice(size_t bytes) { return allocFilled(bytes, driver_); }
+std::shared_ptr<std::byte> SimDevice::allocDevice(size_t bytes) { return allocFilled(bytes, shared_); }
 
-std::shared_ptr<std::byte> SimDevice::allocPinned(size_t bytes) { return allocFilled(bytes, driver_); }
+std::shared_ptr<std::byte> SimDevice::allocPinned(size_t bytes) { return allocFilled(bytes, shared_); }
+
+Device::ThreadState SimDevice::enter() {
+  const ThreadState before{currentDevice, captureMode};
+  currentDevice = options_.index;
+  captureMode = kCaptureThreadLocal;
+  return before;
+}
+
+void SimDevice::leave(const ThreadState& before) {
+  currentDevice = before.device;
+  captureMode = before.captureMode;
+}
+
+void SimDevice::loadKernels() {
+  shared_->note("cudaFuncGetAttributes");
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (!shared_->loadedBy) shared_->loadedBy = std::this_thread::get_id();
+}
+
+uint64_t SimDevice::calls() const { return shared_->calls; }
+uint64_t SimDevice::offDeviceCalls() const { return shared_->offDevice; }
+uint64_t SimDevice::capturedCalls() const { return shared_->captured; }
+
+std::string SimDevice::offDevice() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->firstOffDevice;
+}
+
+std::optional<std::thread::id> SimDevice::kernelsLoadedBy() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->loadedBy;
+}
+
+bool SimDevice::kernelsLoadedLazily() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->loadedLazily;
+}
+
+void SimDevice::beginCapture(DeviceStream& stream, bool global) {
+  auto& s = static_cast<SimStream&>(stream);
+  s.capturing_ = true;
+  s.captureGlobal_ = global;
+  if (global) ++globalCaptures;
+}
+
+void SimDevice::endCapture(DeviceStream& stream) {
+  auto& s = static_cast<SimStream&>(stream);
+  if (s.capturing_ && s.captureGlobal_) --globalCaptures;
+  s.capturing_ = false;
+}
 
 }  // namespace ringx

@@ -10,12 +10,26 @@
 // freeing memory takes it exclusively, as cudaEventDestroy did on an H200. A
 // thread that must progress an op and frees either while another thread
 // waits for that op deadlocks here as it did there.
+//
+// And a CUDA runtime's per-thread state and its lazy kernel loading:
+//   - each thread has a current device (0 until set, as in CUDA) and every
+//     call from the host notes whether it ran on the device it was made for,
+//     the wrong one being where CUDA would make a stray context;
+//   - a stream may be capturing (beginCapture): work enqueued on it is
+//     counted as joining the capture, and while a capture in global mode is
+//     under way anywhere in the process, event queries and synchronizations
+//     from threads in global mode fail, as cudaEventQuery does then;
+//   - the first reduce or scale launched before loadKernels() loads the
+//     kernels itself, on the launching thread, as CUDA's lazy loading does.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
+#include <string>
+#include <thread>
 
 #include "core/device/device.h"
 
@@ -28,9 +42,11 @@ struct SimDeviceOptions {
   uint64_t seed = 1;
 };
 
+struct SimShared;
+
 class SimDevice final : public Device {
  public:
-  explicit SimDevice(SimDeviceOptions options = {}) : options_(options) {}
+  explicit SimDevice(SimDeviceOptions options = {});
 
   std::string name() const override { return "sim:" + std::to_string(options_.index); }
   MemoryKind memoryKind() const override { return MemoryKind::Host; }
@@ -38,11 +54,31 @@ class SimDevice final : public Device {
   std::unique_ptr<DeviceEvent> newEvent() override;
   std::shared_ptr<std::byte> allocDevice(size_t bytes) override;
   std::shared_ptr<std::byte> allocPinned(size_t bytes) override;
+  ThreadState enter() override;
+  void leave(const ThreadState& before) override;
+  void loadKernels() override;
+
+  // Calls from the host so far, and those made while another device was the
+  // thread's current one (the first of them named in offDevice()).
+  uint64_t calls() const;
+  uint64_t offDeviceCalls() const;
+  std::string offDevice() const;
+  // Work enqueued on a stream while it was capturing.
+  uint64_t capturedCalls() const;
+  // The thread that loaded the kernels, and whether a launch did it lazily.
+  std::optional<std::thread::id> kernelsLoadedBy() const;
+  bool kernelsLoadedLazily() const;
+
+  // What cudaStreamBeginCapture and cudaStreamEndCapture do to `stream` (one
+  // of this device's): `global` as cudaStreamCaptureModeGlobal, else
+  // thread-local.
+  void beginCapture(DeviceStream& stream, bool global);
+  void endCapture(DeviceStream& stream);
 
  private:
   SimDeviceOptions options_;
   std::atomic<uint64_t> streams_{0};
-  std::shared_ptr<std::shared_mutex> driver_ = std::make_shared<std::shared_mutex>();
+  std::shared_ptr<SimShared> shared_;
 };
 
 }  // namespace ringx

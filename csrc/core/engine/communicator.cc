@@ -364,6 +364,7 @@ void Communicator::runStep(Active& a, StepId id) {
 void Communicator::enqueueOnDevice(Active& a, StepId id) {
   const Schedule& sched = a.op->schedule;
   const Step& s = sched.steps()[id];
+  OnDevice on(sched.device().device);
   DeviceStream& stream = *sched.device().stream;
   const size_t count = s.bytes / dtypeSize(sched.dtype());
   if (s.kind == StepKind::Reduce) stream.reduce(s.dst, s.src, count, sched.dtype(), sched.op());
@@ -375,6 +376,7 @@ void Communicator::enqueueOnDevice(Active& a, StepId id) {
 
 bool Communicator::runPolls(Active& a) {
   bool did = false;
+  OnDevice on(a.onDevice.empty() ? nullptr : a.op->schedule.device().device);
   for (size_t i = 0; i < a.onDevice.size() && !a.ended;) {
     if (a.op->schedule.stepEvent(a.onDevice[i]).query()) {
       StepId id = a.onDevice[i];
@@ -534,6 +536,8 @@ bool Communicator::stillWriting(const Active& a) { return receiving(a) || !a.onD
 
 // Device work needs no peer to finish, so waiting for it cannot hang.
 void Communicator::waitForDeviceWork(Active& a) {
+  if (a.onDevice.empty()) return;
+  OnDevice on(a.op->schedule.device().device);
   for (StepId step : a.onDevice) a.op->schedule.stepEvent(step).synchronize();
   a.onDevice.clear();
 }
@@ -614,7 +618,12 @@ bool Communicator::reapFinished() {
     // go with it) can wait for a GPU driver lock that a thread blocked in a
     // synchronous copy holds until a later op, which this thread must
     // progress, has ended. That deadlock was seen on an H200.
-    if (a.op->schedule.touchesDevice()) callbacks_.post([released = std::shared_ptr<Active>(std::move(*it))] {});
+    if (Device* device = a.op->schedule.touchedDevice()) {
+      callbacks_.post([device, released = std::shared_ptr<Active>(std::move(*it))]() mutable {
+        OnDevice on(device);
+        released.reset();
+      });
+    }
     it = active_.erase(it);
     did = true;
   }

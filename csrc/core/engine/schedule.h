@@ -134,14 +134,14 @@ class Schedule {
     polls_.push_back({[] { return true; }, nullptr});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
-  // A poll on a device event: no peer rings the doorbell when it fires, so
-  // the engine keeps looking instead of sleeping on the bell.
-  StepId pollDevice(PollFn ready, std::span<const StepId> deps = {}) {
-    polls_.push_back({std::move(ready), nullptr, true});
+  // A poll on an event of `device`: no peer rings the doorbell when it
+  // fires, so the engine keeps looking instead of sleeping on the bell.
+  StepId pollDevice(Device* device, PollFn ready, std::span<const StepId> deps = {}) {
+    polls_.push_back({std::move(ready), nullptr, device});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
   bool runPoll(const Step& step) const { return polls_[size_t(step.peer)].ready(); }
-  bool pollOnDevice(const Step& step) const { return polls_[size_t(step.peer)].device; }
+  bool pollOnDevice(const Step& step) const { return polls_[size_t(step.peer)].device != nullptr; }
   std::vector<int> pollWaitingOn(const Step& step) const {
     const auto& fn = polls_[size_t(step.peer)].waitingOn;
     return fn ? fn() : std::vector<int>{};
@@ -158,6 +158,7 @@ class Schedule {
   // Scratch memory owned by the schedule (receive slots, staging copies).
   std::byte* scratch(size_t bytes) {
     if (device_) {
+      OnDevice on(device_.device);
       deviceScratch_.push_back(device_.device->allocDevice(bytes));
       return deviceScratch_.back().get();
     }
@@ -242,17 +243,25 @@ class Schedule {
 
   DType dtype() const { return dtype_; }
   const DeviceQueue& device() const { return device_; }
-  // Whether releasing this schedule (its staging polls' state, its device
-  // scratch, its events) may call into the device's driver.
-  bool touchesDevice() const {
-    return bool(device_) || std::any_of(polls_.begin(), polls_.end(), [](const PollStep& p) { return p.device; });
+  // The device that releasing this schedule (its staging polls' state, its
+  // device scratch, its events) may call into; null when none.
+  Device* touchedDevice() const {
+    if (device_) return device_.device;
+    for (const PollStep& p : polls_) {
+      if (p.device) return p.device;
+    }
+    return nullptr;
   }
   // One event per step that runs on the device, made by the thread that
   // issues the op: on a GPU, making or destroying an event can wait for a
   // driver lock that a thread blocked in a synchronous copy holds until this
-  // very op ends, so the thread that progresses the op must do neither.
+  // very op ends, so the thread that progresses the op must do neither. The
+  // kernels are loaded here too, for the same reason: a lazy load at the
+  // first launch, on the progressing thread, takes the driver's locks.
   void makeStepEvents() {
     if (!device_) return;
+    OnDevice on(device_.device);
+    device_.device->loadKernels();
     stepEvents_.resize(steps_.size());
     for (size_t i = 0; i < steps_.size(); ++i) {
       if (steps_[i].device && !stepEvents_[i]) stepEvents_[i] = device_.device->newEvent();
@@ -282,7 +291,7 @@ class Schedule {
   struct PollStep {
     PollFn ready;
     WaitingOnFn waitingOn;
-    bool device = false;
+    Device* device = nullptr;
   };
   std::vector<PollStep> polls_;
   std::vector<std::function<void()>> abandon_;

@@ -250,9 +250,57 @@ struct PickScale {
   static constexpr ScaleLauncher get() { return &launchScale<D>; }
 };
 
+// Reads the flag once per thread: the host set it before the stream let
+// this kernel start (waitFlag), so every thread sees the same value.
+__global__ void __launch_bounds__(kThreads)
+    copyUnlessFailedKernel(unsigned char* dst, const unsigned char* src, size_t bytes, Split split,
+                           const volatile uint32_t* flag, uint32_t failedBit) {
+  if (*flag & failedBit) return;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t i = first; i < split.head; i += stride) dst[i] = src[i];
+  using P = Pack<unsigned char>;
+  P* dstPacks = reinterpret_cast<P*>(dst + split.head);
+  const P* srcPacks = reinterpret_cast<const P*>(src + split.head);
+  for (size_t p = first; p < split.packs; p += stride) dstPacks[p] = srcPacks[p];
+  for (size_t i = split.head + split.packs * P::kSize + first; i < bytes; i += stride) dst[i] = src[i];
+}
+
+// Loads a kernel into the current device's context (cudaFuncGetAttributes
+// does, whatever CUDA_MODULE_LOADING says) and caches its occupancy, so that
+// its first launch neither loads a module nor queries the device.
+template <auto kernel>
+void load() {
+  constexpr const char* kWhat = "loadCudaKernels";
+  cudaFuncAttributes attributes{};
+  check(cudaFuncGetAttributes(&attributes, kernel), kWhat, "cudaFuncGetAttributes");
+  residentBlocks<kernel>(kWhat);
+}
+
+using Loader = void (*)();
+
+template <DType D, ReduceOp O>
+struct PickLoadReduce {
+  static constexpr Loader get() {
+    return [] {
+      load<&mapKernel<typename Elem<D>::Storage, ReduceStep<D, O>>>();
+      load<&reduceNKernel<D, O>>();
+    };
+  }
+};
+
+template <DType D>
+struct PickLoadScale {
+  static constexpr Loader get() {
+    return [] { load<&mapKernel<typename Elem<D>::Storage, ScaleStep<D>>>(); };
+  }
+};
+
 constexpr auto kReduce = reduce::makeOpTable<ReduceLauncher, PickReduce>();
 constexpr auto kReduceN = reduce::makeOpTable<ReduceNLauncher, PickReduceN>();
 constexpr auto kScale = reduce::makeFloatTable<ScaleLauncher, PickScale>();
+constexpr auto kLoadReduce = reduce::makeOpTable<Loader, PickLoadReduce>();
+constexpr auto kLoadScale = reduce::makeFloatTable<Loader, PickLoadScale>();
 
 }  // namespace
 
@@ -267,6 +315,31 @@ void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DTy
 
 void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t stream) {
   reduce::lookup(kScale, dtype)(buf, count, factor, stream);
+}
+
+void copyUnlessFailedCuda(void* dst, const void* src, size_t bytes, const uint32_t* flag, uint32_t failedBit,
+                          cudaStream_t stream) {
+  constexpr const char* kWhat = "copyUnlessFailedCuda";
+  if (bytes == 0) return;
+  const void* ptrs[] = {dst, src};
+  const Split split = splitFor<unsigned char>(ptrs, 2, bytes);
+  const unsigned grid = gridFor<unsigned char, &copyUnlessFailedKernel>(bytes, split, kWhat);
+  copyUnlessFailedKernel<<<grid, kThreads, 0, stream>>>(static_cast<unsigned char*>(dst),
+                                                        static_cast<const unsigned char*>(src), bytes, split, flag,
+                                                        failedBit);
+  check(cudaGetLastError(), kWhat, "kernel launch");
+}
+
+void loadCudaKernels() {
+  load<&copyUnlessFailedKernel>();
+  for (const auto& row : kLoadReduce) {
+    for (Loader fn : row) {
+      if (fn) fn();
+    }
+  }
+  for (Loader fn : kLoadScale) {
+    if (fn) fn();
+  }
 }
 
 }  // namespace ringx

@@ -32,4 +32,15 @@ void reduceNCuda(void* dst, const void* const* srcs, int nsrc, size_t count, DTy
 // Error(Unsupported) otherwise); Error(Internal) when the launch fails.
 void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t stream);
 
+// dst[0, bytes) = src[0, bytes), device memory both, unless *flag (device
+// memory, or host memory mapped into the device's address space) has
+// `failedBit` set when the kernel runs. Error(Internal) when the launch fails.
+void copyUnlessFailedCuda(void* dst, const void* src, size_t bytes, const uint32_t* flag, uint32_t failedBit,
+                          cudaStream_t stream);
+
+// Loads every kernel above, for every dtype and op, into the current device's
+// context and caches what their launches query, so that no later launch does
+// either. Error(Internal) when CUDA fails.
+void loadCudaKernels();
+
 }  // namespace ringx

@@ -30,6 +30,8 @@ struct Message {
   int source;
   uint64_t tag;
   std::vector<std::byte> data;
+  // A rendezvous send's completion, run once a receive has taken the data.
+  TransferCallback senderDone;
 };
 
 struct Completion {
@@ -82,13 +84,14 @@ void signal(int efd) {
 
 class Fabric {
  public:
-  explicit Fabric(int size) : boxes(size) {
+  Fabric(int size, size_t rendezvousBytes) : boxes(size), rendezvousBytes(rendezvousBytes) {
     for (auto& b : boxes) b.efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
   ~Fabric() {
     for (auto& b : boxes) ::close(b.efd);
   }
   std::vector<Mailbox> boxes;
+  const size_t rendezvousBytes;
 };
 
 class LoopbackTransport final : public Transport {
@@ -104,10 +107,11 @@ class LoopbackTransport final : public Transport {
                    TransferCallback done) override {
     TransferId id = nextId_++;
     Mailbox& dst = fabric_->boxes.at(peer);
-    Message m{rank_, tag & kTagUserMask, {}};
+    Message m{rank_, tag & kTagUserMask, {}, {}};
     m.data.resize(bytes);
     if (bytes) std::memcpy(m.data.data(), buf, bytes);
     bool delivered = false;
+    bool waitsForReceive = false;
     {
       std::lock_guard<std::mutex> lock(dst.mu);
       if (!dst.dead) {
@@ -118,11 +122,14 @@ class LoopbackTransport final : public Transport {
           dst.completions.push_back({std::move(it->done), deliver(m, *it)});
           dst.posted.erase(it);
         } else {
+          waitsForReceive = bytes >= fabric_->rendezvousBytes;
+          if (waitsForReceive) m.senderDone = std::move(done);
           dst.unexpected.push_back(std::move(m));
         }
       }
     }
     if (delivered) signal(dst.efd);
+    if (waitsForReceive) return id;
     Mailbox& self = fabric_->boxes[rank_];
     {
       std::lock_guard<std::mutex> lock(self.mu);
@@ -137,19 +144,35 @@ class LoopbackTransport final : public Transport {
     TransferId id = nextId_++;
     Mailbox& self = fabric_->boxes[rank_];
     PostedRecv r{id, peer, tag & kTagUserMask, buf, bytes, std::move(done)};
-    std::lock_guard<std::mutex> lock(self.mu);
-    for (auto it = self.unexpected.begin(); it != self.unexpected.end(); ++it) {
-      if (matches(peer, r.tag, it->source, it->tag)) {
-        self.completions.push_back({std::move(r.done), deliver(*it, r)});
-        self.unexpected.erase(it);
+    int sender = -1;
+    TransferCallback senderDone;
+    {
+      std::lock_guard<std::mutex> lock(self.mu);
+      auto it = self.unexpected.begin();
+      while (it != self.unexpected.end() && !matches(peer, r.tag, it->source, it->tag)) ++it;
+      if (it == self.unexpected.end()) {
+        if (peer != kAnySource && fabric_->boxes.at(peer).dead) {
+          self.completions.push_back({std::move(r.done), closedResult(peer)});
+        } else {
+          self.posted.push_back(std::move(r));
+        }
         return id;
       }
+      self.completions.push_back({std::move(r.done), deliver(*it, r)});
+      sender = it->source;
+      senderDone = std::move(it->senderDone);
+      self.unexpected.erase(it);
     }
-    if (peer != kAnySource && fabric_->boxes.at(peer).dead) {
-      self.completions.push_back({std::move(r.done), closedResult(peer)});
-      return id;
+    // Not under this mailbox's lock: two ranks receiving from each other
+    // would take the two locks in opposite orders.
+    if (senderDone) {
+      Mailbox& box = fabric_->boxes[size_t(sender)];
+      {
+        std::lock_guard<std::mutex> lock(box.mu);
+        box.completions.push_back({std::move(senderDone), TransferResult{}});
+      }
+      signal(box.efd);
     }
-    self.posted.push_back(std::move(r));
     return id;
   }
 
@@ -215,10 +238,10 @@ class LoopbackTransport final : public Transport {
 
 }  // namespace loopback
 
-LoopbackWorld makeLoopbackWorld(int size) {
+LoopbackWorld makeLoopbackWorld(int size, size_t rendezvousBytes) {
   using namespace loopback;
   LoopbackWorld world;
-  world.fabric = std::make_shared<Fabric>(size);
+  world.fabric = std::make_shared<Fabric>(size, rendezvousBytes);
   for (int r = 0; r < size; ++r) {
     world.transports.push_back(std::make_unique<LoopbackTransport>(world.fabric, r, size));
   }

@@ -3,6 +3,7 @@
 // without UCX or Python, and can simulate a dead peer.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct LoopbackWorld {
   void kill(int rank) const;
 };
 
-LoopbackWorld makeLoopbackWorld(int size);
+// A send of `rendezvousBytes` or more that finds no receive posted completes
+// only once one takes it, as UCX's rendezvous protocol does for large
+// messages; smaller ones complete at once (eager).
+LoopbackWorld makeLoopbackWorld(int size, size_t rendezvousBytes = SIZE_MAX);
 
 }  // namespace ringx
