@@ -17,16 +17,16 @@ namespace {
 
 // Runs the exchange on each rank of `ranks` in a thread of its own; returns
 // each rank's messages or its error text.
-struct Outcome {
+struct ExchangeOutcome {
   std::map<int, std::vector<uint8_t>> got;
   std::string error;
   ErrorKind kind = ErrorKind::Internal;
 };
 
-std::map<int, Outcome> exchangeOn(LoopbackWorld& world, const std::vector<int>& ranks,
+std::map<int, ExchangeOutcome> exchangeOn(LoopbackWorld& world, const std::vector<int>& ranks,
                                   std::chrono::milliseconds timeout,
                                   std::function<std::string(int)> messageOf = nullptr) {
-  std::map<int, std::future<Outcome>> running;
+  std::map<int, std::future<ExchangeOutcome>> running;
   for (int r : ranks) {
     running[r] = std::async(std::launch::async, [&, r] {
       std::vector<int> peers;
@@ -34,7 +34,7 @@ std::map<int, Outcome> exchangeOn(LoopbackWorld& world, const std::vector<int>& 
         if (p != r) peers.push_back(p);
       }
       const std::string mine = messageOf ? messageOf(r) : "same";
-      Outcome out;
+      ExchangeOutcome out;
       try {
         out.got = exchangeAmong(*world.transports[r], peers, {}, kShrinkTagBase, bytesOf(mine), 64,
                                 std::chrono::steady_clock::now() + timeout,
@@ -52,7 +52,7 @@ std::map<int, Outcome> exchangeOn(LoopbackWorld& world, const std::vector<int>& 
       return out;
     });
   }
-  std::map<int, Outcome> outcomes;
+  std::map<int, ExchangeOutcome> outcomes;
   for (auto& [r, f] : running) outcomes[r] = f.get();
   return outcomes;
 }
