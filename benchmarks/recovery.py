@@ -40,20 +40,23 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import torchft_replicas  # noqa: E402
 
 MODES = ["shrink"] + torchft_replicas.BACKENDS
+KILL_STEP = 10
 
 
 def run_shrink(out):
     """kill -> the survivors' next step, through examples/elastic_ddp.py."""
     progress = os.path.join(out, "progress.txt")
     r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "elastic_ddp.py"), "--nproc", "4",
-                        "--steps", "20", "--kill", "2@10", "--progress", progress],
+                        "--steps", "20", "--kill", f"2@{KILL_STEP}", "--progress", progress],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise AssertionError(f"elastic_ddp.py exited with {r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
     lines = [line.split() for line in open(progress)]
     killed = next(float(x[2]) for x in lines if x[1] == "dying")
-    after = [float(x[3]) for x in lines if x[1] == "step" and float(x[3]) > killed]
-    before = sorted(float(x[3]) for x in lines if x[1] == "step" and x[0] == "1" and float(x[3]) < killed)
+    # Step 10 done is written as "step 11"; a slower rank may still write
+    # "step 10" after the victim, ahead of it, died.
+    after = [float(x[3]) for x in lines if x[1] == "step" and x[2] == str(KILL_STEP + 1)]
+    before = sorted(float(x[3]) for x in lines if x[1] == "step" and x[0] == "1" and int(x[2]) <= KILL_STEP)
     return torchft_replicas.Run(min(after) - killed, statistics.median(b - a for a, b in zip(before, before[1:])),
                                 [], [])
 
@@ -77,7 +80,8 @@ def main(argv=None):
                     r = run_shrink(out) if b == "shrink" else torchft_replicas.run_kill_and_heal(out, b)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
                 except AssertionError as err:
-                    runs[b].append({"ok": False, "error": str(err).splitlines()[0]})
+                    # The first line says what failed; the replicas' log tails follow, for the JSON.
+                    runs[b].append({"ok": False, "error": str(err).splitlines()[0], "logs": str(err)[-6000:]})
             last = runs[b][-1]
             print(f"repeat {repeat + 1} {b}: " + (f"recovery {last['recovery_s']:.2f} s, step "
                                                  f"{last['step_s'] * 1e3:.0f} ms" if last["ok"] else
