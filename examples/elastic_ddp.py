@@ -40,7 +40,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rank_main(rank, world, port, steps, kills, results, progress):
+def rank_main(rank, world, port, steps, kills, results, progress, hidden):
     # The launcher's store is the job's, as torchrun's agent's is: every rank
     # is a client of it, so it outlives any rank.
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -55,7 +55,7 @@ def rank_main(rank, world, port, steps, kills, results, progress):
     dist.init_process_group("ringx", timeout=datetime.timedelta(seconds=30))
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(32, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     ddp = DDP(model)
     gone = set()
@@ -117,6 +117,9 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--kill", action="append", default=[], metavar="RANK@STEP",
                    help="global rank RANK kills itself in step STEP (repeatable)")
+    p.add_argument("--hidden", type=int, default=64, help="the MLP's hidden width")
+    p.add_argument("--save", default="", metavar="FILE",
+                   help="torch.save the survivors' final parameters (one flat float32 tensor) here")
     p.add_argument("--progress", default="", metavar="FILE",
                    help="append '<rank> step <n> <time>' after each step, '<rank> dying <time>' before a kill")
     a = p.parse_args()
@@ -128,7 +131,8 @@ def main():
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = {r: ctx.Process(target=rank_main, args=(r, a.nproc, port, a.steps, kills, results, a.progress))
+    procs = {r: ctx.Process(target=rank_main, args=(r, a.nproc, port, a.steps, kills, results, a.progress,
+                                                            a.hidden))
              for r in range(a.nproc)}
     for proc in procs.values():
         proc.start()
@@ -150,6 +154,11 @@ def main():
     ok = sorted(done) == survivors and len({params for _, params in done.values()}) == 1
     for r in sorted(done):
         print(f"[launcher] rank {r}: final loss {done[r][0]:.4f}")
+    if a.save and ok:
+        import numpy as np
+        import torch
+
+        torch.save(torch.from_numpy(np.frombuffer(done[survivors[0]][1], dtype=np.float32).copy()), a.save)
     print(f"[launcher] {len(survivors)} of {a.nproc} ranks finished "
           + ("with equal parameters" if ok else "WRONG: missing ranks or parameters that differ"))
     sys.exit(0 if ok else 1)
