@@ -67,6 +67,8 @@ def replica_main(argv=None):
                    help="before this step, wait (at most 60 s) until --hold-file exists: the launcher lets a "
                         "replacement start up before the others train on without it")
     p.add_argument("--hold-file", default="")
+    p.add_argument("--die-at", type=int, default=-1,
+                   help="SIGKILL this replica right after it committed this step (the launcher's victim)")
     a = p.parse_args(argv)
 
     import torch
@@ -113,6 +115,9 @@ def replica_main(argv=None):
         if manager.current_step() > before:
             progress.write(f"step {manager.current_step()} {time.time()} "
                            f"participants {manager.num_participants()}\n")
+            if manager.current_step() == a.die_at:
+                progress.write(f"dying {time.time()}\n")
+                os.kill(os.getpid(), signal.SIGKILL)
     torch.save(state_dict(), os.path.join(a.out, f"replica{a.replica_id}.pt"))
     progress.write(f"done {time.time()}\n")
     manager.shutdown(wait=False)
@@ -141,11 +146,12 @@ def steps(out, replica):
     return [(int(p[1]), float(p[2]), int(p[4])) for p in progress(out, replica) if p[0] == "step"]
 
 
-def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1):
+def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1):
     log = open(os.path.join(out, f"replica{replica}.log"), "a")
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
                              "--lighthouse", lighthouse, "--steps", str(n_steps), "--out", out, "--backend", backend,
-                             "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go")],
+                             "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go"),
+                             "--die-at", str(die_at)],
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             start_new_session=True)
 
@@ -174,7 +180,7 @@ def _fail(what, out):
 
 
 def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
-    """Three replicas; replica 2 is SIGKILLed once it committed `kill_at`; the
+    """Three replicas; replica 2 SIGKILLs itself once it committed `kill_at`; the
     survivors must commit two steps without it (2 participants). Recovery is timed
     from the kill to the first of those, the step time over the first `kill_at`
     steps. The survivors then wait,
@@ -188,12 +194,13 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
     try:
         hold_at = kill_at + 4
         for r in range(3):
-            procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at)
-        _wait(lambda: any(s >= kill_at for s, _, _ in steps(out, 2)), 120, f"replica 2 at step {kill_at}", out,
-              alive=list(procs.values()))
-        procs[2].send_signal(signal.SIGKILL)
-        procs[2].wait()
-        killed = time.time()
+            procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at, kill_at if r == 2 else -1)
+        _wait(lambda: procs[2].poll() is not None, 120, f"replica 2 to die after step {kill_at}", out,
+              alive=[procs[0], procs[1]])
+        dying = [float(p[1]) for p in progress(out, 2) if p[0] == "dying"]
+        if procs[2].returncode != -signal.SIGKILL or not dying:
+            _fail(f"replica 2 exited with {procs[2].returncode} before it got to die after step {kill_at}", out)
+        killed = dying[0]
 
         # Steps the survivors committed without replica 2 (a step it had already
         # joined when the kill landed may still commit after it, with three).

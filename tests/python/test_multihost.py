@@ -121,16 +121,19 @@ def test_collectives_across_two_hosts(hosts):
 
 # Room for one rank's segment (two 512 KiB slots and a page) and not two: the second rank
 # to reserve is refused, as a container's 64 MiB /dev/shm refuses the segments of many
-# groups of many ranks.
+# groups of many ranks. The slots are set, not left to their default, which follows the
+# CPU's L2: with a 512 KiB L2 (an EPYC VM) two segments of 128 KiB slots fitted.
 SMALL_DEV_SHM = "mount -t tmpfs -o size=1600k tmpfs /dev/shm"
 SHM_REFUSED = "could not reserve"
+SLOT_BYTES = str(512 << 10)
 
 
-def test_one_host_with_a_full_dev_shm_makes_every_host_take_the_flat_algorithms(hosts):
+def test_one_host_with_a_full_dev_shm_makes_every_host_take_the_flat_algorithms(hosts, monkeypatch):
     """Host 1's ranks cannot reserve their shared memory: they warn, and every rank, host
     0's too, leaves the hierarchical algorithms (which need each host's area), so all
     ranks run the same algorithms and every result is right; before, host 1's ranks died
     of SIGBUS at the first collective that wrote past what /dev/shm held."""
+    monkeypatch.setenv("RINGX_SHM_BYTES", SLOT_BYTES)
     reports, logs = launch(hosts, "check", setup={1: SMALL_DEV_SHM})
     assert sorted(reports) == [0, 1, 2, 3], logs
     for r, rep in reports.items():
@@ -146,7 +149,7 @@ def test_a_full_dev_shm_on_one_host_gives_a_warning_not_a_crash():
     memory."""
     out = tempfile.mkdtemp(prefix="ringx-devshm-")
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2",
-               LOCAL_WORLD_SIZE="2", TORCH_CPP_LOG_LEVEL="ERROR")
+               LOCAL_WORLD_SIZE="2", TORCH_CPP_LOG_LEVEL="ERROR", RINGX_SHM_BYTES=SLOT_BYTES)
     starts = " & ".join(f"RANK={r} LOCAL_RANK={r} {sys.executable} {RANK_SCRIPT} {out} check -1 {TIMEOUT_S} "
                         f"> {out}/rank{r}.log 2>&1" for r in range(2))
     try:
