@@ -71,21 +71,11 @@ def rank_main(rank, world, port, steps, kills, results, progress, hidden):
                 os.kill(os.getpid(), signal.SIGKILL)
             loss.backward()
         except dist.DistBackendError as err:
-            # Who is gone comes from the launcher, which saw the processes end.
-            deadline = time.monotonic() + 30
-            while not (now := _gone(store)) - gone and time.monotonic() < deadline:
-                time.sleep(0.01)
-            new = sorted(now - gone)
-            if not new:
-                raise RuntimeError(f"rank {rank}: a collective failed and no rank is gone: {err}") from err
-            # shrink_group takes ranks of the group it shrinks: the default
-            # group's, whose numbering changed with each shrink.
-            ranks = dist.get_process_group_ranks(dist.group.WORLD)
             start = time.perf_counter()
-            dist.shrink_group([ranks.index(r) for r in new])
+            new = shrink_without(store, gone, rank, err)
             took = time.perf_counter() - start
-            gone = now
-            sys.stdout.write(f"[rank {rank}] step {step}: ranks {new} died; shrink_group took {took * 1e3:.0f} ms; "
+            gone |= set(new)
+            sys.stdout.write(f"[rank {rank}] step {step}: ranks {new} died; shrinking took {took * 1e3:.0f} ms; "
                              f"training on {dist.get_world_size()} ranks as rank {dist.get_rank()}\n")
             sys.stdout.flush()
             ddp = DDP(model)
@@ -97,6 +87,35 @@ def rank_main(rank, world, port, steps, kills, results, progress, hidden):
     loss = loss.detach()
     results.put((rank, loss.item(), flat.numpy().tobytes()))
     dist.destroy_process_group()
+
+
+def shrink_without(store, gone, rank, err):
+    """Shrinks the default group by the ranks gone since `gone`; returns them.
+
+    Who is gone comes from the launcher, which saw the processes end. Another
+    rank may die while the survivors shrink (two victims of one step, seen one
+    at a time): shrink_group then fails on every survivor, the group stays as it
+    was, and they try again once the launcher names the rank.
+    """
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + 60
+    tried = set(gone)
+    while time.monotonic() < deadline:
+        now = _gone(store)
+        if now == tried:
+            time.sleep(0.01)
+            continue
+        new = sorted(now - gone)
+        # shrink_group takes ranks of the group it shrinks: the default
+        # group's, whose numbering changed with each shrink.
+        ranks = dist.get_process_group_ranks(dist.group.WORLD)
+        try:
+            dist.shrink_group([ranks.index(r) for r in new])
+            return new
+        except (dist.DistBackendError, ValueError):
+            tried = now
+    raise RuntimeError(f"rank {rank}: a collective failed and the launcher named no rank gone: {err}") from err
 
 
 def _note(progress, line):

@@ -18,6 +18,7 @@ A hung rank fails the test after --timeout seconds.
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -130,7 +131,8 @@ def check_report():
     import importlib.metadata
 
     torch_version = importlib.metadata.version("torch")
-    pins = [r for r in importlib.metadata.requires("ringx") if r.startswith("torch")]
+    # torch itself, not the extras' packages whose names start with it (torchft).
+    pins = [r for r in importlib.metadata.requires("ringx") if re.match(r"torch\s*(==|$)", r)]
     if pins != [f"torch=={torch_version.split('+')[0]}"]:
         return f"the wheel requires {pins}, not exactly this venv's torch {torch_version}"
     p = subprocess.run([sys.executable, "-m", "ringx"], capture_output=True, text=True, timeout=120)

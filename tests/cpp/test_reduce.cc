@@ -1,6 +1,6 @@
 // Reduction kernels against a scalar reference written independently of
 // reduce_functors.h: 16-bit floats are decoded and rounded with ldexp and
-// nearbyint, integers wrap through __int128, bool uses && and ||.
+// nearbyint, integers wrap through unsigned __int128, bool uses && and ||.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -189,9 +189,16 @@ struct Ref<DType::Bool> {
   static S encode(V v) { return v ? 1 : 0; }
 };
 
+// Integer sums and products modulo 2^128 (unsigned, so never undefined), then
+// to the dtype's width: two's complement wrap-around for signed and unsigned alike.
 template <class T>
-T wrapTo(__int128 v) {
-  return static_cast<T>(static_cast<std::make_unsigned_t<T>>(static_cast<unsigned __int128>(v)));
+T wrapTo(unsigned __int128 v) {
+  return static_cast<T>(static_cast<std::make_unsigned_t<T>>(v));
+}
+
+template <class T>
+unsigned __int128 wide(T v) {
+  return static_cast<unsigned __int128>(v);
 }
 
 template <class V>
@@ -209,8 +216,8 @@ V refCombine(ReduceOp op, V a, V b) {
     return a + b;  // Sum, Avg and PremulSum
   } else {
     switch (op) {
-      case ReduceOp::Sum: return wrapTo<V>(static_cast<__int128>(a) + b);
-      case ReduceOp::Product: return wrapTo<V>(static_cast<__int128>(a) * b);
+      case ReduceOp::Sum: return wrapTo<V>(wide(a) + wide(b));
+      case ReduceOp::Product: return wrapTo<V>(wide(a) * wide(b));
       case ReduceOp::Min: return std::min(a, b);
       case ReduceOp::Max: return std::max(a, b);
       case ReduceOp::BAnd: return a & b;
