@@ -89,32 +89,36 @@ def rank_main(rank, world, port, steps, kills, results, progress, hidden):
     dist.destroy_process_group()
 
 
-def shrink_without(store, gone, rank, err):
+def shrink_without(store, gone, rank, err, settle=0.2):
     """Shrinks the default group by the ranks gone since `gone`; returns them.
 
-    Who is gone comes from the launcher, which saw the processes end. Another
-    rank may die while the survivors shrink (two victims of one step, seen one
-    at a time): shrink_group then fails on every survivor, the group stays as it
-    was, and they try again once the launcher names the rank.
+    Who is gone comes from the launcher, which saw the processes end. Ranks that
+    die together are seen one at a time, so the survivors wait until the list has
+    not changed for `settle` seconds before they shrink. If shrink_group still
+    fails (a rank died while they shrank, or they read the list at different
+    moments), it fails on every survivor and leaves the group as it was: they
+    settle again and retry.
     """
     import torch.distributed as dist
 
     deadline = time.monotonic() + 60
-    tried = set(gone)
     while time.monotonic() < deadline:
-        now = _gone(store)
-        if now == tried:
+        now, since = _gone(store), time.monotonic()
+        while time.monotonic() - since < settle:
             time.sleep(0.01)
-            continue
+            if _gone(store) != now:
+                now, since = _gone(store), time.monotonic()
         new = sorted(now - gone)
+        if not new:
+            continue
         # shrink_group takes ranks of the group it shrinks: the default
         # group's, whose numbering changed with each shrink.
         ranks = dist.get_process_group_ranks(dist.group.WORLD)
         try:
             dist.shrink_group([ranks.index(r) for r in new])
             return new
-        except (dist.DistBackendError, ValueError):
-            tried = now
+        except (dist.DistBackendError, ValueError) as again:
+            sys.stdout.write(f"[rank {rank}] shrink_group without {new} failed, settling to retry: {again}\n")
     raise RuntimeError(f"rank {rank}: a collective failed and the launcher named no rank gone: {err}") from err
 
 
