@@ -106,8 +106,9 @@ def shrink_without(store, gone, rank, err, settle=0.2):
         now, since = _gone(store), time.monotonic()
         while time.monotonic() - since < settle:
             time.sleep(0.01)
-            if _gone(store) != now:
-                now, since = _gone(store), time.monotonic()
+            latest = _gone(store)
+            if latest != now:
+                now, since = latest, time.monotonic()
         new = sorted(now - gone)
         if not new:
             continue

@@ -16,6 +16,7 @@
 #include "core/common/process_state.h"
 #include "core/common/topology.h"
 #include "core/transport/shm/presence.h"
+#include "core/transport/ucx/peer_card.h"
 
 namespace ringx {
 
@@ -26,58 +27,6 @@ void check(ucs_status_t st, const char* what) {
     throw Error(ErrorKind::Internal, std::string("ringx: UCX ") + what + " failed: " + ucs_status_string(st));
   }
 }
-
-// What a rank publishes about itself: where it runs, its pid there, the
-// name of its presence mark (presence.h), and its worker address.
-struct PeerCard {
-  std::string host;
-  int pid = 0;
-  std::string presence;
-  std::vector<uint8_t> address;
-
-  std::vector<uint8_t> encode() const {
-    std::vector<uint8_t> out;
-    putText(out, host);
-    const int32_t p = pid;
-    const auto* pb = reinterpret_cast<const uint8_t*>(&p);
-    out.insert(out.end(), pb, pb + sizeof(p));
-    putText(out, presence);
-    out.insert(out.end(), address.begin(), address.end());
-    return out;
-  }
-
-  static PeerCard decode(const std::vector<uint8_t>& in) {
-    PeerCard c;
-    size_t at = 0;
-    c.host = takeText(in, at);
-    int32_t p = 0;
-    take(in, at, &p, sizeof(p));
-    c.pid = p;
-    c.presence = takeText(in, at);
-    c.address.assign(in.begin() + long(at), in.end());
-    return c;
-  }
-
- private:
-  static void putText(std::vector<uint8_t>& out, const std::string& text) {
-    const uint32_t len = uint32_t(text.size());
-    const auto* lb = reinterpret_cast<const uint8_t*>(&len);
-    out.insert(out.end(), lb, lb + sizeof(len));
-    out.insert(out.end(), text.begin(), text.end());
-  }
-  static void take(const std::vector<uint8_t>& in, size_t& at, void* dst, size_t n) {
-    if (in.size() < at + n) throw Error(ErrorKind::Internal, "malformed peer address in the store");
-    std::memcpy(dst, in.data() + at, n);
-    at += n;
-  }
-  static std::string takeText(const std::vector<uint8_t>& in, size_t& at) {
-    uint32_t len = 0;
-    take(in, at, &len, sizeof(len));
-    std::string text(len, '\0');
-    take(in, at, text.data(), len);
-    return text;
-  }
-};
 
 class UcxTransport final : public Transport {
  public:
