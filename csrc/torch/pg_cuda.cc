@@ -1,5 +1,5 @@
 // Collectives on CUDA tensors: the CollArgs every collective builds, run on
-// the host-staged or the device-resident path (core/device/host_staging.h)
+// the host-staged or the device-resident path (core/device_paths/host_staging.h)
 // with ProcessGroupNCCL's stream semantics. Built only for CUDA.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>

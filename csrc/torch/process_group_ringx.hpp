@@ -51,7 +51,7 @@
 #include "core/select/select.h"
 #include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
-#include "core/device/host_staging.h"
+#include "core/device_paths/host_staging.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
 #ifdef RINGX_WITH_CUDA

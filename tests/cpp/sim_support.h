@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/device/host_staging.h"
+#include "core/device_paths/host_staging.h"
 #include "core/device/sim_device.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/cma.h"

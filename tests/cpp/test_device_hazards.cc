@@ -7,7 +7,7 @@
 #include <future>
 #include <thread>
 
-#include "core/device/host_staging.h"
+#include "core/device_paths/host_staging.h"
 #include "sim_support.h"
 
 using namespace ringx;

@@ -1,5 +1,5 @@
 // The simulated device (core/device/sim_device.h) and the host-staged path
-// on it (core/device/host_staging.h): every algorithm against its host-only
+// on it (core/device_paths/host_staging.h): every algorithm against its host-only
 // result, and the stream orderings NCCL users rely on. The device runs each
 // enqueued item late, so a missing wait shows as a wrong number.
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include <future>
 #include <numeric>
 
-#include "core/device/host_staging.h"
+#include "core/device_paths/host_staging.h"
 #include "sim_support.h"
 
 using namespace ringx;

@@ -1,4 +1,4 @@
-#include "core/device/host_staging.h"
+#include "core/device_paths/host_staging.h"
 
 #include <algorithm>
 #include <atomic>
