@@ -86,7 +86,7 @@ endif
 PY_TEST_TIMEOUT := 2400
 CTEST_TIMEOUT := 600
 
-.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu device-wheels test-system-ucx test demo testbed bench bench-ddp bench-floor bench-callpath bench-testbed clean distclean test-faults
+.PHONY: help sysdeps sysucx-debs later-venvs venv build cpp-test py-test wheel-test torch-compat test-gpu device-wheels test-system-ucx test demo testbed bench bench-ddp bench-floor bench-callpath bench-testbed clean distclean test-faults docs
 
 help:
 	@echo "make demo        set up, build, train a small DDP model on 4 ranks with ringx"
@@ -101,6 +101,7 @@ help:
 	@echo "make py-test-asan  tests/python (not the host suites) against an ASan+UBSan build of the extension"
 	@echo "make test-system-ucx  build and test against the system's UCX (Debian's libucx-dev) instead of the wheel's"
 	@echo "make bench | bench-ddp | bench-floor | bench-callpath   benchmarks/collectives.py | ddp.py | floor.py | callpath.py"
+	@echo "make docs        the documentation site (mkdocs, strict: a broken link fails) into build/site"
 	@echo "make testbed     the DDP example on namespace hosts with shaped links (tools/testbed.py; root)"
 	@echo "make bench-testbed  collectives across test-bed hosts vs flat and gloo (benchmarks/testbed.py; root)"
 	@echo "make clean       remove build outputs (keeps .venv); distclean also removes .venv"
@@ -132,6 +133,23 @@ $(VENV_STAMP): | sysdeps
 	$(PIP) install -q $(REQS) $$extra
 	@rm -f $(VENV)/.stamp-deps-*
 	@touch $@
+
+# (internal) mkdocs in .venv, under a stamp of its own: adding it to REQS would
+# renew the venv's stamp, and with it rebuild the extension everywhere.
+DOCS_REQS := mkdocs==1.6.1
+DOCS_STAMP := $(VENV)/.stamp-docs-$(call hash,$(DOCS_REQS))
+
+$(DOCS_STAMP): $(VENV_STAMP)
+	@echo "docs: installing $(DOCS_REQS)"
+	$(PIP) install -q $(DOCS_REQS)
+	@rm -f $(VENV)/.stamp-docs-*
+	@touch $@
+
+# The documentation site (mkdocs.yml): docs/ into build/site, strict, so a link to a
+# missing page or heading fails. py-test builds it too (tests/python/test_docs_links.py).
+docs: sysdeps $(DOCS_STAMP)
+	@start=$$(date +%s); $(VPY) -m mkdocs build --strict 2>&1 | { grep -v '^INFO' || true; }; \
+	echo "docs: build/site in $$(( $$(date +%s) - start )) s"
 
 # pip install the package (extension ringx._C) into .venv. scikit-build-core
 # keeps its build folder, so a rebuild only recompiles what changed.
@@ -175,7 +193,7 @@ PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
-py-test: sysdeps venv build
+py-test: sysdeps venv build $(DOCS_STAMP)
 	@mkdir -p build/logs; rc=(0 0 0); \
 	$(PY_TEST_RUN) $(PY_TEST_FAULTS) > build/logs/py-test-faults.log 2>&1 & faults=$$!; \
 	$(PY_TEST_RUN) $(PY_TEST_HOSTS) > build/logs/py-test-hosts.log 2>&1 & hosts=$$!; \

@@ -16,7 +16,7 @@ rebuild DDP on it, and go on from the step that failed, their parameters and
 optimizer state as they were (the failed step changed neither: DDP's reducer
 raises before the optimizer steps). No rank reloads a checkpoint and nobody
 rendezvouses again: the survivors build the smaller group from the connections
-they had (docs/failure-semantics.md, "Shrinking a group").
+they had (docs/surviving-failures.md, "Shrinking a group").
 
 The launcher prints each death and each rank's last loss; it exits non-zero if a
 survivor failed or the survivors' parameters differ at the end.

@@ -147,7 +147,7 @@ def plan(rng, groups, max_count):
         if rng.random() < 0.5:
             op["splits"] = [[count] * n for _ in range(n)]
             # all_to_all_single: some ranks pass no split sizes (gloo allows the mix; ringx
-            # too, but not on one host with its single copy off: README)
+            # too, but not on one host with its single copy off: docs/usage.md)
             if kind == "all_to_all_single" and os.environ.get("RINGX_CMA") != "0":
                 op["bare"] = [q for q in range(n) if rng.random() < 0.5]
         else:  # splits[i][j]: rows group rank i sends to group rank j

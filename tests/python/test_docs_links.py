@@ -1,10 +1,14 @@
 """Every relative link in the README and docs/ leads somewhere: the file exists and, for
 a markdown file, the anchor is one of its headings (GitHub's slugs: lower case,
-punctuation dropped, spaces to hyphens, -1, -2... for repeats)."""
+punctuation dropped, spaces to hyphens, -1, -2... for repeats). And the documentation
+site (mkdocs.yml) builds with --strict, which checks the links between docs/ pages by
+mkdocs' own slugs and every page's place in the nav (`make docs`)."""
 
 import functools
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +19,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6} (.*)$", re.M)
 
 
-@functools.cache  # the README links to docs/benchmarks.md dozens of times
+@functools.cache  # many links point into the same few pages
 def anchors(path):
     out, seen = set(), {}
     for title in HEADING.findall(FENCE.sub("", path.read_text())):
@@ -54,3 +58,11 @@ def test_a_link_to_a_missing_heading_or_file_is_reported(tmp_path):
                    "```\n[in a fence](nowhere.md)\n```\n")
     assert broken_links(doc) == ["b.md#glooss-shared-memory-path: no heading with that anchor in b.md",
                                  "c.md: no such file"]
+
+
+def test_the_site_builds_strict(tmp_path):
+    # make's set-up installs mkdocs (make docs, make py-test); a bare venv skips.
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed: run make docs")
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr

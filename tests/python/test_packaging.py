@@ -1,5 +1,5 @@
 """What the installed package says about itself: its version, the torch its metadata
-requires, `python -m ringx`, the README's knob table, and what torch's autoload does
+requires, `python -m ringx`, the knob tables (README, docs/settings.md), and what torch's autoload does
 when ringx's extension cannot load.
 
 Each check runs a fresh interpreter of this venv, so it sees the package as a user would.
@@ -106,16 +106,18 @@ def test_python_m_ringx_reports_what_a_bug_report_needs():
     assert re.search(r"^   = RINGX_ALGO\s+unset\s+\(default unset \(cost model\)\)$", out, re.M), out
 
 
-def test_readme_knob_table_is_the_settings_table():
+@pytest.mark.parametrize("doc", ["README.md", "docs/settings.md"])
+def test_knob_table_is_the_settings_table(doc):
     rc, table, err = python("-m", "ringx", "--markdown-settings")
     assert rc == 0, err
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    block = re.search(r"<!-- settings-table: begin .*?-->\n(.*?)\n<!-- settings-table: end -->", readme, re.S)
-    assert block, "README.md has no settings-table markers"
+    with open(os.path.join(ROOT, doc)) as f:
+        text = f.read()
+    block = re.search(r"<!-- settings-table: begin .*?-->\n(.*?)\n<!-- settings-table: end -->", text, re.S)
+    assert block, f"{doc} has no settings-table markers"
     assert block.group(1).strip() == table.strip(), (
-        "README.md's knob table differs from the settings table in csrc/core/common/settings.cc; "
-        "paste the output of `python -m ringx --markdown-settings` between its markers")
+        f"{doc}'s knob table differs from the settings table in csrc/core/common/settings.cc; "
+        "paste the output of `python -m ringx --markdown-settings` between its markers "
+        "(README.md and docs/settings.md)")
 
 
 @pytest.fixture
