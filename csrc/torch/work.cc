@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <thread>
 
 #include "core/common/fork_generation.h"
 #include "core/common/log.h"
@@ -120,14 +119,7 @@ bool WorkRingx::wait(std::chrono::milliseconds timeout) {
   if (exception_) std::rethrow_exception(exception_);
   lock.unlock();
   if (!device_) return true;
-  if (!until) {
-    device_->finished->synchronize();
-  } else {
-    while (!device_->finished->query()) {
-      if (Clock::now() >= *until) throw timedOut();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
+  if (!device_->finished->waitUntil(until)) throw timedOut();
   device_->waitOnCurrentStream();
   return true;
 }

@@ -335,3 +335,48 @@ TEST_CASE("device hazards: a failed host-staged op leaves the caller's tensor as
   OnDevice on(&me.device);
   d.reset();
 }
+
+// Hazard 6: Work.wait(timeout) on a device op returned at once, whatever the
+// device's progress, so a timeout never fired. It blocks the host until the
+// op's device end, as NCCL's does, or raises once the timeout passes. Rank 1
+// issues its half of the all_reduce only after rank 0's timed wait gave up.
+TEST_CASE("device hazards: a timed wait on a device op blocks the host until the op ends or the timeout passes") {
+  const int size = 2;
+  const size_t n = 4096;
+  SimWorld w(size, 100);
+  std::promise<void> rank0GaveUp;
+  auto gaveUp = rank0GaveUp.get_future();
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.ranks[size_t(r)];
+    if (r == 1) gaveUp.wait();
+    const auto in = pattern(r, n * 8, DType::I64);
+    auto buf = deviceCopyOf(me, in);
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.dtype = DType::I64;
+    a.count = n;
+    a.buf = buf.get();
+    HostStaging staging(me.order, *me.caller, regionsOf(a));
+    pointAtHost(a, staging);
+    std::shared_ptr<DeviceEvent> done = staging.done();
+    auto promise = std::make_shared<std::promise<std::optional<Error>>>();
+    auto ended = promise->get_future();
+    auto op = std::make_unique<Op>("all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
+    op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
+    w.comms[size_t(r)]->submit(std::move(op));
+    if (r == 0) {
+      const auto before = std::chrono::steady_clock::now();
+      const bool ended = done->waitUntil(before + 150ms);
+      const auto blocked = std::chrono::steady_clock::now() - before;
+      RANK_REQUIRE(!ended);
+      RANK_REQUIRE(blocked >= 150ms);
+      rank0GaveUp.set_value();
+    }
+    RANK_REQUIRE(done->waitUntil(std::chrono::steady_clock::now() + 10s));
+    RANK_REQUIRE_NO_ERROR(ended.get());
+    const auto got = readAfter(me, *done, buf.get(), n * 8);
+    const auto want = sumOfPatterns(size, n);
+    RANK_REQUIRE(std::memcmp(got.data(), want.data(), n * 8) == 0);
+    OnDevice on(&me.device);
+    buf.reset();
+  });
+}

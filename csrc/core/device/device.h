@@ -13,10 +13,13 @@
 // whichever thread: the caller's, the progress thread, the callback pool.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "core/common/types.h"
 
@@ -30,6 +33,22 @@ class DeviceEvent {
   // thread polls it.
   virtual bool query() = 0;
   virtual void synchronize() = 0;
+
+  // Blocks the calling thread until the event fires (true) or `until` passes
+  // (false): a device op's Work.wait(timeout), which blocks the host as
+  // NCCL's does. A deadline is kept by polling, since synchronize() takes
+  // none.
+  bool waitUntil(std::optional<std::chrono::steady_clock::time_point> until) {
+    if (!until) {
+      synchronize();
+      return true;
+    }
+    while (!query()) {
+      if (std::chrono::steady_clock::now() >= *until) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return true;
+  }
 };
 
 // A host flag a stream waits on (DeviceStream::waitFlag) counts pieces of an
