@@ -68,6 +68,15 @@ inline std::shared_ptr<std::byte> deviceCopyOf(SimRank& r, const std::vector<std
   return d;
 }
 
+// The device tests' usual op: a sum of `n` int64 in place at `buf`.
+inline CollArgs int64AllReduce(int rank, int size, uint64_t seq, void* buf, size_t n) {
+  CollArgs a{Collective::AllReduce, rank, size, seq};
+  a.dtype = DType::I64;
+  a.count = n;
+  a.buf = buf;
+  return a;
+}
+
 // What the caller sees once its stream has waited for `done`: the stream
 // copies the buffer out, then the host waits for the stream.
 inline std::vector<std::byte> readAfter(SimRank& r, DeviceEvent& done, const void* d, size_t bytes) {

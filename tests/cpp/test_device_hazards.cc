@@ -351,10 +351,7 @@ TEST_CASE("device hazards: a timed wait on a device op blocks the host until the
     if (r == 1) gaveUp.wait();
     const auto in = pattern(r, n * 8, DType::I64);
     auto buf = deviceCopyOf(me, in);
-    CollArgs a{Collective::AllReduce, r, size, 1};
-    a.dtype = DType::I64;
-    a.count = n;
-    a.buf = buf.get();
+    CollArgs a = int64AllReduce(r, size, 1, buf.get(), n);
     HostStaging staging(me.order, *me.caller, regionsOf(a));
     pointAtHost(a, staging);
     std::shared_ptr<DeviceEvent> done = staging.done();

@@ -176,10 +176,7 @@ TEST_CASE("host-staged: the caller's stream may enqueue reads of the result righ
     SimRank& me = *w.ranks[r];
     const auto in = pattern(r, n * 8, DType::I64);
     auto d = deviceCopyOf(me, in);
-    CollArgs a{Collective::AllReduce, r, size, 1};
-    a.dtype = DType::I64;
-    a.count = n;
-    a.buf = d.get();
+    CollArgs a = int64AllReduce(r, size, 1, d.get(), n);
     HostStaging staging(me.order, *me.caller, regionsOf(a));
     pointAtHost(a, staging);
     auto promise = std::make_shared<std::promise<void>>();
