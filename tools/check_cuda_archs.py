@@ -19,11 +19,14 @@ import subprocess
 import sys
 import sysconfig
 
-# Substrings of the mangled kernel names in csrc/core/reduce/reduce_cuda.cu.
+# Substrings of the mangled kernel names in csrc/core/reduce/reduce_cuda.cu
+# and flags_cuda.cu (the ipc path's flag waits and signals).
 FAMILIES = {
     "reduce": "10ReduceStep",
     "scale": "9ScaleStep",
     "reduceN": "13reduceNKernel",
+    "waitFlags": "15waitFlagsKernel",
+    "signalFlags": "17signalFlagsKernel",
 }
 
 

@@ -8,11 +8,13 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/reduce/flags_cuda.h"
 #include "core/reduce/reduce_cuda.h"
 
 namespace ringx {
@@ -177,6 +179,37 @@ void CudaStream::reduce(void* dst, const void* src, size_t count, DType dtype, R
   reduceCuda(dst, src, count, dtype, op, stream_.stream());
 }
 
+void CudaStream::reduceN(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  reduceNCuda(dst, srcs, nsrc, count, dtype, op, stream_.stream());
+}
+
+namespace {
+
+// The device addresses of host flag words, for the flag kernels.
+template <class T>
+std::vector<T*> flagsOnDevice(T* const* words, int n) {
+  std::vector<T*> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<T*>(flagOnDevice(words[i])));
+  return out;
+}
+
+}  // namespace
+
+void CudaStream::waitFlags(const uint32_t* const* flags, int n, uint32_t atLeast, const uint32_t* cancel,
+                           uint32_t* taint) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  const auto words = flagsOnDevice(flags, n);
+  waitFlagsCuda(words.data(), n, atLeast, static_cast<const uint32_t*>(flagOnDevice(cancel)),
+                static_cast<uint32_t*>(flagOnDevice(taint)), stream_.stream());
+}
+
+void CudaStream::signalFlags(uint32_t* const* targets, int n, uint32_t round, const uint32_t* taint) {
+  c10::cuda::CUDAGuard guard(stream_.device_index());
+  const auto words = flagsOnDevice(targets, n);
+  signalFlagsCuda(words.data(), n, round, static_cast<const uint32_t*>(flagOnDevice(taint)), stream_.stream());
+}
+
 void CudaStream::scale(void* buf, size_t count, DType dtype, double factor) {
   c10::cuda::CUDAGuard guard(stream_.device_index());
   scaleCuda(buf, count, dtype, factor, stream_.stream());
@@ -217,6 +250,50 @@ std::shared_ptr<std::byte> CudaDevice::allocPinned(size_t bytes) {
   c10::cuda::CUDAGuard guard(index_);
   auto data = std::make_shared<c10::DataPtr>(at::getHostAllocator(at::kCUDA)->allocate(bytes));
   return std::shared_ptr<std::byte>(data, static_cast<std::byte*>(data->get()));
+}
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(IpcHandle::bytes));
+
+std::shared_ptr<std::byte> CudaDevice::allocShared(size_t bytes, IpcHandle& handle) {
+  c10::cuda::CUDAGuard guard(index_);
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc (ipc buffer)");
+  cudaIpcMemHandle_t h{};
+  const cudaError_t rc = cudaIpcGetMemHandle(&h, p);
+  if (rc != cudaSuccess) {
+    C10_CUDA_CHECK_WARN(cudaFree(p));
+    check(rc, "cudaIpcGetMemHandle");
+  }
+  handle = IpcHandle{};
+  std::memcpy(handle.bytes.data(), &h, sizeof h);
+  const c10::DeviceIndex index = index_;
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [index](std::byte* b) {
+    c10::cuda::CUDAGuard guard(index);
+    C10_CUDA_CHECK_WARN(cudaFree(b));
+  });
+}
+
+std::shared_ptr<std::byte> CudaDevice::openShared(const IpcHandle& handle, size_t) {
+  c10::cuda::CUDAGuard guard(index_);
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle.bytes.data(), sizeof h);
+  void* p = nullptr;
+  check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  const c10::DeviceIndex index = index_;
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [index](std::byte* b) {
+    c10::cuda::CUDAGuard guard(index);
+    C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(b));
+  });
+}
+
+std::shared_ptr<void> CudaDevice::mapHost(void* p, size_t bytes) {
+  c10::cuda::CUDAGuard guard(index_);
+  check(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
+  const c10::DeviceIndex index = index_;
+  return std::shared_ptr<void>(p, [index](void* q) {
+    c10::cuda::CUDAGuard guard(index);
+    C10_CUDA_CHECK_WARN(cudaHostUnregister(q));
+  });
 }
 
 CudaStream CudaDevice::currentStream() const { return CudaStream(c10::cuda::getCurrentCUDAStream(index_)); }

@@ -22,6 +22,10 @@ class CudaStream final : public DeviceStream {
   void copy(void* dst, const void* src, size_t bytes) override;
   void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) override;
   void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) override;
+  void reduceN(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op) override;
+  void waitFlags(const uint32_t* const* flags, int n, uint32_t atLeast, const uint32_t* cancel,
+                 uint32_t* taint) override;
+  void signalFlags(uint32_t* const* targets, int n, uint32_t round, const uint32_t* taint) override;
   void scale(void* buf, size_t count, DType dtype, double factor) override;
   void synchronize() override;
   bool capturing() override;
@@ -43,6 +47,13 @@ class CudaDevice final : public Device {
   std::unique_ptr<DeviceEvent> newEvent() override;
   std::shared_ptr<std::byte> allocDevice(size_t bytes) override;
   std::shared_ptr<std::byte> allocPinned(size_t bytes) override;
+  // cudaMalloc'd (not the caching allocator's: a handle names a whole
+  // allocation, and torch's blocks are pieces of larger ones, expandable
+  // segments included), exported with cudaIpcGetMemHandle.
+  std::shared_ptr<std::byte> allocShared(size_t bytes, IpcHandle& handle) override;
+  std::shared_ptr<std::byte> openShared(const IpcHandle& handle, size_t bytes) override;
+  // cudaHostRegister, mapped and portable.
+  std::shared_ptr<void> mapHost(void* p, size_t bytes) override;
   ThreadState enter() override;
   void leave(const ThreadState& before) override;
   void loadKernels() override;

@@ -13,6 +13,7 @@
 // whichever thread: the caller's, the progress thread, the callback pool.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "core/common/types.h"
+#include "core/reduce/flags.h"
 
 namespace ringx {
 
@@ -54,7 +56,14 @@ class DeviceEvent {
 // A host flag a stream waits on (DeviceStream::waitFlag) counts pieces of an
 // op done; this bit says the op failed. It compares above every count, so
 // it also lets the stream past its waits.
-inline constexpr uint32_t kFlagFailed = 0x80000000u;
+inline constexpr uint32_t kFlagFailed = flags::kFailed;
+
+// What a process on this host needs to map a buffer of another process's
+// device (Device::allocShared): CUDA's cudaIpcMemHandle_t, the simulated
+// device's segment name. Plain bytes, published through the store.
+struct IpcHandle {
+  std::array<char, 64> bytes{};
+};
 
 class DeviceStream {
  public:
@@ -75,6 +84,20 @@ class DeviceStream {
   virtual void copyUnlessFailed(void* dst, const void* src, size_t bytes, const uint32_t* flag) = 0;
   // reduce.h's semantics, on device memory.
   virtual void reduce(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) = 0;
+  // reduceNFn's, one kernel reading every source (peers' mapped buffers
+  // among them); `srcs` is read before the call returns.
+  virtual void reduceN(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op) = 0;
+  // The ipc path's flags (core/reduce/flags.h), all in memory from
+  // allocPinned() or mapHost(), at most flags::kMaxFlags of them.
+  // waitFlags: later work waits until every *flags[i] >= atLeast, or until
+  // *cancel has kFlagFailed (the host sets it when the op fails, so that no
+  // wait outlives the op); then *taint gets kFlagFailed if any of them had
+  // it. signalFlags: once the stream's earlier writes are visible to the
+  // whole system (other devices, the host), writes flags::signalValue(round,
+  // *taint) to each target.
+  virtual void waitFlags(const uint32_t* const* flags, int n, uint32_t atLeast, const uint32_t* cancel,
+                         uint32_t* taint) = 0;
+  virtual void signalFlags(uint32_t* const* targets, int n, uint32_t round, const uint32_t* taint) = 0;
   virtual void scale(void* buf, size_t count, DType dtype, double factor) = 0;
   virtual void synchronize() = 0;
   // Whether the stream is capturing a graph: work enqueued on it (or on a
@@ -97,6 +120,16 @@ class Device {
   // Page-locked host memory the device copies to and from asynchronously
   // and can read a flag in (waitFlag).
   virtual std::shared_ptr<std::byte> allocPinned(size_t bytes) = 0;
+  // Device memory that processes on this host map through `handle`
+  // (openShared), for the ipc path's buffer per rank; it is ringx's own, not
+  // an allocator's block, so the handle names exactly it.
+  virtual std::shared_ptr<std::byte> allocShared(size_t bytes, IpcHandle& handle) = 0;
+  // A peer's allocShared buffer, mapped into this process for this device's
+  // streams, until the pointer goes.
+  virtual std::shared_ptr<std::byte> openShared(const IpcHandle& handle, size_t bytes) = 0;
+  // Makes host memory (a shared-memory segment) usable by this device's
+  // flag operations, until the returned guard goes.
+  virtual std::shared_ptr<void> mapHost(void* p, size_t bytes) = 0;
 
   // The calling thread's runtime state, as enter() found it.
   struct ThreadState {

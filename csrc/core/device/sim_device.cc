@@ -10,8 +10,11 @@
 #include <random>
 #include <shared_mutex>
 #include <thread>
+#include <vector>
 
 #include "core/common/error.h"
+#include "core/common/shm_segment.h"
+#include "core/reduce/flags.h"
 #include "core/reduce/reduce.h"
 
 namespace ringx {
@@ -179,6 +182,45 @@ class SimStream final : public DeviceStream {
     enqueue([fn, dst, src, count] { fn(dst, src, count); });
   }
 
+  void reduceN(void* dst, const void* const* srcs, int nsrc, size_t count, DType dtype, ReduceOp op) override {
+    call("reduceN kernel", true);
+    ReduceNFn fn = reduceNFn(dtype, op);
+    std::vector<const void*> sources(srcs, srcs + nsrc);
+    enqueue([fn, dst, sources = std::move(sources), count] {
+      fn(dst, sources.data(), int(sources.size()), count);
+    });
+  }
+
+  // The kernel's loop (flags_cuda.cu) on the stream's thread, with a pause
+  // between passes where a GPU thread would sleep; the stream stopping ends
+  // it too, for a device torn down under a wait.
+  void waitFlags(const uint32_t* const* words, int n, uint32_t atLeast, const uint32_t* cancel,
+                 uint32_t* taint) override {
+    call("wait flags kernel", true);
+    checkFlagCount(n);
+    std::vector<const uint32_t*> list(words, words + n);
+    enqueue([this, list = std::move(list), atLeast, cancel, taint] {
+      auto load = [&](int i) { return loadFlag(list[size_t(i)]); };
+      const int n = int(list.size());
+      while (!flags::reached(load, n, atLeast, loadFlag(cancel)) && !stopping()) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      if (const uint32_t failed = flags::failureSeen(load, n, loadFlag(cancel))) {
+        std::atomic_ref<uint32_t>(*taint).store(failed, std::memory_order_release);
+      }
+    });
+  }
+
+  void signalFlags(uint32_t* const* targets, int n, uint32_t round, const uint32_t* taint) override {
+    call("signal flags kernel", true);
+    checkFlagCount(n);
+    std::vector<uint32_t*> list(targets, targets + n);
+    enqueue([list = std::move(list), round, taint] {
+      const uint32_t value = flags::signalValue(round, loadFlag(taint));
+      for (uint32_t* t : list) std::atomic_ref<uint32_t>(*t).store(value, std::memory_order_release);
+    });
+  }
+
   void scale(void* buf, size_t count, DType dtype, double factor) override {
     call("scale kernel", true);
     enqueue([buf, count, dtype, factor] { ringx::scale(buf, count, dtype, factor); });
@@ -201,6 +243,17 @@ class SimStream final : public DeviceStream {
   bool captureGlobal_ = false;
 
  private:
+  static uint32_t loadFlag(const uint32_t* word) {
+    return std::atomic_ref<const uint32_t>(*word).load(std::memory_order_acquire);
+  }
+  static void checkFlagCount(int n) {
+    if (n < 0 || n > flags::kMaxFlags) {
+      throw Error(ErrorKind::InvalidArgument, "sim device: a flag wait or signal takes at most " +
+                                                  std::to_string(flags::kMaxFlags) + " words, got " +
+                                                  std::to_string(n));
+    }
+  }
+
   // Work enqueued from the host: a launch (`kernel`) may load the kernels.
   void call(const char* what, bool kernel = false) {
     if (kernel) {
@@ -258,6 +311,8 @@ class SimStream final : public DeviceStream {
 };
 
 // Uninitialised device memory is not zero on a GPU either.
+constexpr int kUninitialised = 0xa5;
+
 std::shared_ptr<std::byte> allocFilled(size_t bytes, Shared shared) {
   shared->note("cudaMalloc");
   std::shared_ptr<std::byte> p(new std::byte[bytes ? bytes : 1], [shared = std::move(shared)](std::byte* b) {
@@ -265,7 +320,7 @@ std::shared_ptr<std::byte> allocFilled(size_t bytes, Shared shared) {
     std::unique_lock<std::shared_mutex> lock(shared->driver);
     delete[] b;
   });
-  std::memset(p.get(), 0xa5, bytes);
+  std::memset(p.get(), kUninitialised, bytes);
   return p;
 }
 
@@ -284,6 +339,50 @@ std::unique_ptr<DeviceEvent> SimDevice::newEvent() { return std::make_unique<Sim
 std::shared_ptr<std::byte> SimDevice::allocDevice(size_t bytes) { return allocFilled(bytes, shared_); }
 
 std::shared_ptr<std::byte> SimDevice::allocPinned(size_t bytes) { return allocFilled(bytes, shared_); }
+
+namespace {
+
+// A mapped segment as device memory: unmapped (and, for its creator,
+// unlinked) under the driver's lock, as cudaFree and cudaIpcCloseMemHandle
+// take it.
+std::shared_ptr<std::byte> segmentMemory(std::unique_ptr<ShmSegment> segment, const Shared& shared,
+                                         const char* release) {
+  std::byte* data = segment->data();
+  auto holder = std::make_shared<std::unique_ptr<ShmSegment>>(std::move(segment));
+  return std::shared_ptr<std::byte>(data, [holder, shared, release](std::byte*) {
+    shared->note(release);
+    std::unique_lock<std::shared_mutex> lock(shared->driver);
+    holder->reset();
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<std::byte> SimDevice::allocShared(size_t bytes, IpcHandle& handle) {
+  shared_->note("cudaMalloc");
+  shared_->note("cudaIpcGetMemHandle");
+  auto segment = ShmSegment::create(bytes, name() + " allocShared");
+  if (segment->name().size() >= handle.bytes.size()) {
+    throw Error(ErrorKind::Internal, "sim device: segment name " + segment->name() + " too long for a handle");
+  }
+  handle = IpcHandle{};
+  std::memcpy(handle.bytes.data(), segment->name().data(), segment->name().size());
+  std::memset(segment->data(), kUninitialised, bytes);
+  return segmentMemory(std::move(segment), shared_, "cudaFree");
+}
+
+std::shared_ptr<std::byte> SimDevice::openShared(const IpcHandle& handle, size_t bytes) {
+  shared_->note("cudaIpcOpenMemHandle");
+  const std::string segmentName(handle.bytes.data(), strnlen(handle.bytes.data(), handle.bytes.size()));
+  return segmentMemory(ShmSegment::open(segmentName, bytes, name() + " openShared"), shared_,
+                       "cudaIpcCloseMemHandle");
+}
+
+std::shared_ptr<void> SimDevice::mapHost(void* p, size_t) {
+  shared_->note("cudaHostRegister");
+  Shared shared = shared_;
+  return std::shared_ptr<void>(p, [shared](void*) { shared->note("cudaHostUnregister"); });
+}
 
 Device::ThreadState SimDevice::enter() {
   const ThreadState before{currentDevice, captureMode};

@@ -19,6 +19,8 @@
 //     counted as joining the capture, and while a capture in global mode is
 //     under way anywhere in the process, event queries and synchronizations
 //     from threads in global mode fail, as cudaEventQuery does then;
+//   - the ipc path's flag waits spin on the words as a kernel would, and
+//     its shared buffers are POSIX shared memory named by the handle;
 //   - the first reduce or scale launched before loadKernels() loads the
 //     kernels itself, on the launching thread, as CUDA's lazy loading does.
 #pragma once
@@ -54,6 +56,12 @@ class SimDevice final : public Device {
   std::unique_ptr<DeviceEvent> newEvent() override;
   std::shared_ptr<std::byte> allocDevice(size_t bytes) override;
   std::shared_ptr<std::byte> allocPinned(size_t bytes) override;
+  // Device memory in a shared-memory segment, the handle its name: peers
+  // map it as another process would (they are threads here, but nothing
+  // but the name passes between them).
+  std::shared_ptr<std::byte> allocShared(size_t bytes, IpcHandle& handle) override;
+  std::shared_ptr<std::byte> openShared(const IpcHandle& handle, size_t bytes) override;
+  std::shared_ptr<void> mapHost(void* p, size_t bytes) override;
   ThreadState enter() override;
   void leave(const ThreadState& before) override;
   void loadKernels() override;

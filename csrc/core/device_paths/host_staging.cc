@@ -75,14 +75,14 @@ DeviceOrder::~DeviceOrder() {
   out_.reset();
 }
 
-void DeviceOrder::orderAfter(const std::vector<DeviceRegion>& regions) {
+void DeviceOrder::orderAfter(const std::vector<DeviceRegion>& regions, DeviceStream& stream) {
   std::erase_if(inFlight_, [](const Touched& t) { return t.done->query(); });
   for (const Touched& t : inFlight_) {
     const bool overlaps = std::any_of(regions.begin(), regions.end(), [&](const DeviceRegion& r) {
       const auto* begin = static_cast<const std::byte*>(r.device);
       return r.bytes && begin < t.end && t.begin < begin + r.bytes;
     });
-    if (overlaps) in_->wait(*t.done);
+    if (overlaps) stream.wait(*t.done);
   }
 }
 
@@ -132,7 +132,7 @@ HostStaging::HostStaging(DeviceOrder& order, DeviceStream& caller, std::vector<D
   DeviceStream& out = order.out();
   caller.record(*callerNow);
   in.wait(*callerNow);
-  order.orderAfter(regions);
+  order.orderAfter(regions, in);
   for (size_t k = 0; k < pieces; ++k) {
     for (size_t i = 0; i < regions.size(); ++i) {
       auto [off, len] = part(i, k);

@@ -70,14 +70,15 @@ class DeviceOrder {
 
  private:
   friend class HostStaging;
+  friend class IpcCollective;
   struct Touched {
     const std::byte* begin;
     const std::byte* end;
     std::shared_ptr<DeviceEvent> done;
   };
-  // Makes in() wait for the ops in flight that touch `regions`, then
+  // Makes `stream` wait for the ops in flight that touch `regions`, then
   // counts `regions` as touched until `done` fires. Under mu_.
-  void orderAfter(const std::vector<DeviceRegion>& regions);
+  void orderAfter(const std::vector<DeviceRegion>& regions, DeviceStream& stream);
   void touch(const std::vector<DeviceRegion>& regions, const std::shared_ptr<DeviceEvent>& done);
 
   Device& device_;

@@ -136,8 +136,10 @@ class Schedule {
   }
   // A poll on an event of `device`: no peer rings the doorbell when it
   // fires, so the engine keeps looking instead of sleeping on the bell.
-  StepId pollDevice(Device* device, PollFn ready, std::span<const StepId> deps = {}) {
-    polls_.push_back({std::move(ready), nullptr, device});
+  // `waitingOn`, when the device waits on peers, names them (timeouts, dead
+  // peers) as a poll's does.
+  StepId pollDevice(Device* device, PollFn ready, std::span<const StepId> deps = {}, WaitingOnFn waitingOn = nullptr) {
+    polls_.push_back({std::move(ready), std::move(waitingOn), device});
     return add({StepKind::Poll, int(polls_.size() - 1), 0, nullptr, nullptr, 0}, deps);
   }
   bool runPoll(const Step& step) const { return polls_[size_t(step.peer)].ready(); }

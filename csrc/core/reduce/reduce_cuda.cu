@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/reduce/flags_cuda.h"
 #include "core/reduce/reduce_cuda.h"
 #include "core/reduce/reduce_functors.h"
 
@@ -332,6 +333,7 @@ void copyUnlessFailedCuda(void* dst, const void* src, size_t bytes, const uint32
 
 void loadCudaKernels() {
   load<&copyUnlessFailedKernel>();
+  loadFlagKernels();
   for (const auto& row : kLoadReduce) {
     for (Loader fn : row) {
       if (fn) fn();

@@ -38,9 +38,10 @@ void scaleCuda(void* buf, size_t count, DType dtype, double factor, cudaStream_t
 void copyUnlessFailedCuda(void* dst, const void* src, size_t bytes, const uint32_t* flag, uint32_t failedBit,
                           cudaStream_t stream);
 
-// Loads every kernel above, for every dtype and op, into the current device's
-// context and caches what their launches query, so that no later launch does
-// either. Error(Internal) when CUDA fails.
+// Loads every kernel above, for every dtype and op, and the flag kernels
+// (flags_cuda.h) into the current device's context and caches what their
+// launches query, so that no later launch does either. Error(Internal) when
+// CUDA fails.
 void loadCudaKernels();
 
 }  // namespace ringx

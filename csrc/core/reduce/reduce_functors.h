@@ -17,12 +17,8 @@
 
 #include "core/common/error.h"
 #include "core/common/types.h"
+#include "core/reduce/hd.h"
 
-#if defined(__CUDACC__)
-#define RINGX_HD __host__ __device__
-#else
-#define RINGX_HD
-#endif
 
 namespace ringx::reduce {
 

@@ -1,0 +1,326 @@
+// The ipc data path (core/device_paths/ipc_collective.h) on the simulated
+// device: ranks are threads, but their buffers and mailboxes are POSIX
+// shared memory mapped by name, as between processes. Every collective is
+// checked against a CPU reference built from the ranks' inputs with the
+// reduce loops, for every dtype and op; then the failure paths.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "core/device_paths/ipc_collective.h"
+#include "sim_support.h"
+
+using namespace ringx;
+using namespace ringx::test;
+using namespace std::chrono_literals;
+
+// Names of their own: the test files are compiled in unity batches.
+namespace ipc_test {
+
+// A world whose ranks also share an ipc buffer of `bufferBytes` each.
+struct IpcWorld {
+  IpcWorld(int size, size_t bufferBytes, std::chrono::milliseconds timeout = 20s)
+      : sim(size, 30, timeout), peers(size) {
+    onEachRank(size, [&](int r) {
+      peers[r] = IpcPeers::create(sim.ranks[r]->device, sim.store, "ipc", r, size, bufferBytes);
+    });
+  }
+  SimWorld sim;
+  std::vector<std::unique_ptr<IpcPeers>> peers;
+};
+
+// Random elements; floating ones finite (the top exponent bit clear), since
+// which NaN a sum of NaNs gives differs between the loops' vector and scalar
+// paths, as between GPUs.
+std::vector<std::byte> ipcRandomBytes(size_t n, uint64_t seed, DType dtype) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> b(n);
+  for (auto& x : b) x = std::byte(rng());
+  const size_t es = dtypeSize(dtype);
+  if (isFloating(dtype)) {
+    for (size_t i = es - 1; i < n; i += es) b[i] &= std::byte{0xbf};
+  }
+  return b;
+}
+
+CollArgs ipcArgs(Collective coll, int r, int size, uint64_t seq, size_t count, DType dtype, ReduceOp op) {
+  CollArgs a{coll, r, size, seq};
+  a.dtype = dtype;
+  a.op = op;
+  a.count = count;
+  a.root = 1 % size;
+  a.premulFactor = 0.5;
+  a.evenSplits = coll == Collective::AllToAll;
+  return a;
+}
+
+bool ipcInPlace(Collective c) {
+  return c == Collective::AllReduce || c == Collective::Broadcast || c == Collective::Reduce;
+}
+
+// Bytes of each rank's input (its buf, in place) and output.
+std::pair<size_t, size_t> ipcSizes(Collective c, size_t count, DType dtype, int n) {
+  const size_t block = count * dtypeSize(dtype), all = block * size_t(n);
+  switch (c) {
+    case Collective::AllGather:
+    case Collective::Gather: return {block, all};
+    case Collective::ReduceScatter:
+    case Collective::Scatter: return {all, block};
+    case Collective::AllToAll: return {all, all};
+    default: return {block, block};
+  }
+}
+
+// What rank r's output holds after the collective, from every rank's input
+// and its own output before: the reduce loops in rank order, as the
+// kernels combine them.
+std::vector<std::byte> ipcReference(const CollArgs& a, const std::vector<std::vector<std::byte>>& inputs,
+                                 const std::vector<std::byte>& before) {
+  const int n = a.size, r = a.rank;
+  const size_t es = dtypeSize(a.dtype), block = a.count * es;
+  auto reduceBlocks = [&](size_t offset) {
+    std::vector<std::vector<std::byte>> parts;
+    std::vector<const void*> srcs;
+    for (int q = 0; q < n; ++q) {
+      parts.emplace_back(inputs[size_t(q)].begin() + long(offset), inputs[size_t(q)].begin() + long(offset + block));
+      if (a.op == ReduceOp::PremulSum) scale(parts.back().data(), a.count, a.dtype, a.premulFactor);
+    }
+    for (auto& p : parts) srcs.push_back(p.data());
+    std::vector<std::byte> out(block);
+    if (a.count) reduceNFn(a.dtype, a.op)(out.data(), srcs.data(), n, a.count);
+    if (a.op == ReduceOp::Avg) scale(out.data(), a.count, a.dtype, 1.0 / n);
+    return out;
+  };
+  auto concat = [&](auto blockOf) {
+    std::vector<std::byte> out;
+    for (int q = 0; q < n; ++q) {
+      const auto [src, off] = blockOf(q);
+      out.insert(out.end(), inputs[size_t(src)].begin() + long(off), inputs[size_t(src)].begin() + long(off + block));
+    }
+    return out;
+  };
+  switch (a.coll) {
+    case Collective::AllReduce: return reduceBlocks(0);
+    case Collective::Reduce: return r == a.root ? reduceBlocks(0) : before;
+    case Collective::ReduceScatter: return reduceBlocks(size_t(r) * block);
+    case Collective::Broadcast: return inputs[size_t(a.root)];
+    case Collective::AllGather: return concat([](int q) { return std::pair<int, size_t>{q, 0}; });
+    case Collective::Gather:
+      return r == a.root ? concat([](int q) { return std::pair<int, size_t>{q, 0}; }) : before;
+    case Collective::Scatter: {
+      const auto& in = inputs[size_t(a.root)];
+      return {in.begin() + long(size_t(r) * block), in.begin() + long(size_t(r + 1) * block)};
+    }
+    case Collective::AllToAll: return concat([&](int q) { return std::pair<int, size_t>{q, size_t(r) * block}; });
+    case Collective::Barrier: break;
+  }
+  return {};
+}
+
+struct IpcOutcome {
+  std::optional<Error> error;
+  std::vector<std::byte> output, input;
+};
+
+// Issues `a` on rank r's device copies of `input` and `output`, runs its
+// schedule and reads both back once the caller's stream passed `done`.
+IpcOutcome runIpc(IpcWorld& w, const CollArgs& args, const std::vector<std::byte>& input,
+               const std::vector<std::byte>& output, std::optional<IpcShot> shot = std::nullopt,
+               std::chrono::milliseconds timeout = 0ms) {
+  const int r = args.rank;
+  SimRank& me = *w.sim.ranks[size_t(r)];
+  CollArgs a = args;
+  auto dIn = ipcInPlace(a.coll) ? nullptr : deviceCopyOf(me, input);
+  auto dOut = deviceCopyOf(me, ipcInPlace(a.coll) ? input : output);
+  a.buf = dOut.get();
+  a.input = dIn.get();
+  IpcCollective op(me.order, *me.caller, *w.peers[size_t(r)], a, shot);
+  IpcOutcome out;
+  out.error = runOp(*w.sim.comms[size_t(r)], std::string(collectiveName(a.coll)), a.seq, op.schedule(), timeout);
+  out.output = readAfter(me, *op.done(), dOut.get(), ipcInPlace(a.coll) ? input.size() : output.size());
+  if (dIn) out.input = readAfter(me, *op.done(), dIn.get(), input.size());
+  return out;
+}
+
+const Collective kIpcCollectives[] = {Collective::AllReduce,     Collective::Reduce,   Collective::Broadcast,
+                                   Collective::AllGather,     Collective::Gather,   Collective::Scatter,
+                                   Collective::ReduceScatter, Collective::AllToAll};
+
+}  // namespace ipc_test
+
+using namespace ipc_test;
+
+TEST_CASE("ipc plan: rounds cover the op, portions cover a round, two-shot only from 3 ranks and large sizes") {
+  CollArgs a{Collective::ReduceScatter, 0, 4, 1};
+  a.dtype = DType::F32;
+  REQUIRE(ipcRoundElems(a, 64) == 4);  // 4 pieces of 4 floats
+  a.coll = Collective::AllReduce;
+  REQUIRE(ipcRoundElems(a, 64) == 16);
+  REQUIRE(ipcRounds(0, 16) == 0);
+  REQUIRE(ipcRounds(33, 16) == 3);
+  REQUIRE(ipcRound(33, 16, 2) == std::pair<size_t, size_t>{32, 1});
+  size_t covered = 0;
+  for (int q = 0; q < 3; ++q) {
+    REQUIRE(ipcPortion(7, 3, q).first == covered);
+    covered += ipcPortion(7, 3, q).second;
+  }
+  REQUIRE(covered == 7);
+  REQUIRE(ipcAllReduceShot(size_t(1) << 30, 2) == IpcShot::One);
+  REQUIRE(ipcAllReduceShot(8, 4) == IpcShot::One);
+  REQUIRE(ipcAllReduceShot(size_t(64) << 20, 4) == IpcShot::Two);
+}
+
+TEST_CASE("ipc: every collective equals its CPU reference for every dtype and op, in rounds through small buffers") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  // 48 bytes a buffer: an op of 13 elements takes several rounds, a short
+  // last one included, for every element size.
+  IpcWorld w(size, 48);
+  uint64_t seq = 1;
+  int checked = 0;
+  for (Collective coll : kIpcCollectives) {
+    const bool reduces =
+        coll == Collective::AllReduce || coll == Collective::Reduce || coll == Collective::ReduceScatter;
+    for (int d = 0; d < kNumDTypes; ++d) {
+      for (int o = 0; o < (reduces ? kNumReduceOps : 1); ++o) {
+        const DType dtype = DType(d);
+        const ReduceOp op = ReduceOp(o);
+        if (reduces && !reduceSupported(dtype, op)) continue;
+        for (IpcShot shot : {IpcShot::One, IpcShot::Two}) {
+          if (shot == IpcShot::Two && coll != Collective::AllReduce) continue;
+          CAPTURE(collectiveName(coll), dtypeName(dtype), int(op), int(shot));
+          const size_t count = 13;
+          const auto [inBytes, outBytes] = ipcSizes(coll, count, dtype, size);
+          std::vector<std::vector<std::byte>> inputs, outputs;
+          for (int r = 0; r < size; ++r) {
+            inputs.push_back(ipcRandomBytes(inBytes, seq * 100 + uint64_t(r), dtype));
+            outputs.push_back(ipcRandomBytes(outBytes, seq * 100 + 50 + uint64_t(r), dtype));
+          }
+          onEachRank(size, [&](int r) {
+            const CollArgs a = ipcArgs(coll, r, size, seq, count, dtype, op);
+            const IpcOutcome got = runIpc(w, a, inputs[size_t(r)], outputs[size_t(r)], shot);
+            RANK_REQUIRE_NO_ERROR(got.error);
+            const auto& before = ipcInPlace(coll) ? inputs[size_t(r)] : outputs[size_t(r)];
+            RANK_REQUIRE(got.output == ipcReference(a, inputs, before));
+            if (!ipcInPlace(coll)) RANK_REQUIRE(got.input == inputs[size_t(r)]);
+          });
+          ++seq;
+          ++checked;
+        }
+      }
+    }
+  }
+  // 8 collectives; the reductions over every supported dtype x op, all_reduce twice.
+  REQUIRE(checked > 5 * kNumDTypes);
+}
+
+TEST_CASE("ipc: ops issued back to back reuse the buffers only after every peer has read them") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  IpcWorld w(size, 256);
+  const size_t n = 1000;  // 32 rounds of 32 int64 each
+  const int ops = 4;
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.sim.ranks[size_t(r)];
+    std::vector<std::vector<std::byte>> hostIn;  // the caller's stream copies them late
+    std::vector<std::shared_ptr<std::byte>> bufs;
+    std::vector<std::unique_ptr<IpcCollective>> issued;
+    for (int k = 0; k < ops; ++k) hostIn.push_back(pattern(r + k, n * 8, DType::I64));
+    std::vector<std::future<std::optional<Error>>> results;
+    for (int k = 0; k < ops; ++k) {
+      bufs.push_back(deviceCopyOf(me, hostIn[size_t(k)]));
+      CollArgs a = ipcArgs(Collective::AllReduce, r, size, uint64_t(k + 1), n, DType::I64, ReduceOp::Sum);
+      a.buf = bufs.back().get();
+      issued.push_back(std::make_unique<IpcCollective>(me.order, *me.caller, *w.peers[size_t(r)], a,
+                                                       k % 2 ? IpcShot::Two : IpcShot::One));
+      results.push_back(std::async(std::launch::async, [&, s = issued.back()->schedule(), k]() mutable {
+        return runOp(*w.sim.comms[size_t(r)], "all_reduce", uint64_t(k + 1), std::move(s));
+      }));
+    }
+    for (int k = 0; k < ops; ++k) {
+      RANK_REQUIRE_NO_ERROR(results[size_t(k)].get());
+      const auto got = readAfter(me, *issued[size_t(k)]->done(), bufs[size_t(k)].get(), n * 8);
+      std::vector<int64_t> v(n);
+      std::memcpy(v.data(), got.data(), n * 8);
+      std::vector<int64_t> want(n, 0);
+      for (size_t i = 0; i < n; ++i) {
+        for (int q = 0; q < size; ++q) want[i] += (q + k) * 1000 + int64_t(i % 97) + 1;
+      }
+      RANK_REQUIRE(v == want);
+    }
+  });
+}
+
+TEST_CASE("ipc: a peer that never calls makes the others time out, their tensors untouched") {
+  const int size = 3;
+  IpcWorld w(size, 128, 400ms);
+  const size_t count = 100;
+  onEachRank(size - 1, [&](int r) {
+    const auto in = pattern(r, count * 4, DType::F32);
+    const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::F32, ReduceOp::Sum);
+    const auto start = std::chrono::steady_clock::now();
+    const IpcOutcome got = runIpc(w, a, in, {});
+    RANK_REQUIRE(got.error);
+    RANK_REQUIRE(got.error->kind() == ErrorKind::Timeout);
+    RANK_REQUIRE_SAYING(got.error->what(), std::string(got.error->what()).find("rank(s) 2") != std::string::npos);
+    RANK_REQUIRE(std::chrono::steady_clock::now() - start < 10s);
+    RANK_REQUIRE(got.output == in);
+  });
+}
+
+TEST_CASE("ipc: a peer that dies mid-collective fails the others at once, their tensors untouched") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  IpcWorld w(size, 128, 20s);
+  const size_t count = 100;
+  const int victim = size - 1;
+  // The victim's caller stream never gets to the collective: it publishes
+  // its call (the survivors' verdict passes) but its device never arrives.
+  SimRank& v = *w.sim.ranks[size_t(victim)];
+  auto gate = v.device.allocPinned(sizeof(uint32_t));
+  auto* word = reinterpret_cast<uint32_t*>(gate.get());
+  std::atomic_ref<uint32_t>(*word).store(0);
+  v.caller->waitFlag(word, 1);
+  auto killer = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    w.sim.world.kill(victim);
+  });
+  onEachRank(size, [&](int r) {
+    const auto in = pattern(r, count * 4, DType::F32);
+    const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::F32, ReduceOp::Sum);
+    if (r == victim) {
+      // Once the survivors failed, the victim's device runs on and sees
+      // their failure.
+      std::this_thread::sleep_for(1s);
+      std::atomic_ref<uint32_t>(*word).store(1, std::memory_order_release);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const IpcOutcome got = runIpc(w, a, in, {});
+    RANK_REQUIRE(got.error);
+    RANK_REQUIRE(got.output == in);
+    if (r != victim) {
+      RANK_REQUIRE_SAYING(got.error->what(), got.error->kind() == ErrorKind::PeerClosed);
+      RANK_REQUIRE(std::chrono::steady_clock::now() - start < 5s);
+    }
+  });
+  killer.get();
+}
+
+TEST_CASE("ipc: ranks that call different collectives fail naming the rank, their tensors untouched") {
+  const int size = 3;
+  IpcWorld w(size, 128, 5s);
+  onEachRank(size, [&](int r) {
+    const size_t count = r == 1 ? 99 : 100;
+    const auto in = pattern(r, count * 8, DType::I64);
+    const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::I64, ReduceOp::Sum);
+    const IpcOutcome got = runIpc(w, a, in, {});
+    RANK_REQUIRE(got.error);
+    RANK_REQUIRE(got.output == in);
+    if (r != 1) {
+      RANK_REQUIRE_SAYING(got.error->what(), got.error->kind() == ErrorKind::InvalidArgument);
+      RANK_REQUIRE_SAYING(got.error->what(), std::string(got.error->what()).find("rank 1") != std::string::npos);
+    }
+  });
+}
