@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How long training stops when a rank dies (issue 43): dist.shrink_group on ringx,
-and torchft on ringx against torchft on gloo, in one run, in turns.
+a torchrun restart from a checkpoint, and torchft on ringx against torchft on gloo,
+in one run, in turns.
 
     python benchmarks/recovery.py                       # 3 repeats of each mode
     python benchmarks/recovery.py --modes shrink,ringx --repeats 5 --json out.json
@@ -8,6 +9,11 @@ and torchft on ringx against torchft on gloo, in one run, in turns.
 ``shrink``: examples/elastic_ddp.py, 4 ranks of DDP under the example's own launcher;
 global rank 2 SIGKILLs itself in step 10, the survivors shrink the default group and
 train to step 20 on 3 ranks.
+
+``restart``: examples/resume_after_restart.py, 4 ranks of DDP under torchrun
+``--max-restarts 1``, a checkpoint after every step (restart's best case: no step is
+redone); global rank 2 SIGKILLs itself in step 10, torchrun's agent stops the others
+and starts all four again, which load the checkpoint of step 9 and train to step 20.
 
 The torchft modes are tools/torchft_replicas.py's run: three replica processes (DDP
 on a small model, torchft's Manager, a lighthouse with a 1 s heartbeat timeout),
@@ -39,7 +45,7 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import torchft_replicas  # noqa: E402
 
-MODES = ["shrink"] + torchft_replicas.BACKENDS
+MODES = ["shrink", "restart"] + torchft_replicas.BACKENDS
 KILL_STEP = 10
 
 
@@ -61,6 +67,27 @@ def run_shrink(out):
                                 [], [])
 
 
+def run_restart(out):
+    """kill -> the restarted ranks' first completed step, under torchrun."""
+    progress = os.path.join(out, "progress")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                        "--max-restarts", "1", "--monitor-interval", "0.1",
+                        os.path.join(REPO, "examples", "resume_after_restart.py"), "--ckpt-dir",
+                        os.path.join(out, "ckpt"), "--steps", "20", "--ckpt-every", "1", "--die-at",
+                        f"2@{KILL_STEP}", "--progress", progress],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(f"torchrun exited with {r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
+    lines = [json.loads(line) for rank in range(4) for line in open(f"{progress}.rank{rank}")]
+    killed = next(x["t"] for x in lines if "dying" in x)
+    after = [x["t"] for x in lines if x.get("attempt") == 1 and x.get("step") == KILL_STEP]
+    before = sorted(x["t"] for x in lines if x["rank"] == 1 and x["attempt"] == 0 and "step" in x)
+    if not after:
+        raise AssertionError(f"no rank completed step {KILL_STEP} after the restart: {(r.stdout + r.stderr)[-2000:]}")
+    return torchft_replicas.Run(min(after) - killed, statistics.median(b - a for a, b in zip(before, before[1:])),
+                                [], [])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
@@ -77,7 +104,12 @@ def main(argv=None):
         for b in modes:  # in turns, so a slow patch of the machine hits every mode
             with tempfile.TemporaryDirectory(prefix=f"ringx-recovery-{b}-") as out:
                 try:
-                    r = run_shrink(out) if b == "shrink" else torchft_replicas.run_kill_and_heal(out, b)
+                    if b == "shrink":
+                        r = run_shrink(out)
+                    elif b == "restart":
+                        r = run_restart(out)
+                    else:
+                        r = torchft_replicas.run_kill_and_heal(out, b)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
                 except AssertionError as err:
                     # The first line says what failed; the replicas' log tails follow, for the JSON.

@@ -30,6 +30,7 @@ import datetime
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -96,7 +97,11 @@ def main():
     ap.add_argument("--result", default=None, help="rank 0 writes a JSON summary here")
     ap.add_argument("--progress", default=None,
                     help="each rank appends a JSON line per step here (<path>.rank<R>), for tests")
+    ap.add_argument("--die-at", default=None, metavar="RANK@STEP",
+                    help="in the first attempt, global rank RANK SIGKILLs itself in step STEP, after "
+                         "its forward pass (for benchmarks/recovery.py)")
     args = ap.parse_args()
+    die_rank, die_step = (int(v) for v in args.die_at.split("@")) if args.die_at else (-1, -1)
 
     torch.set_num_threads(1)
     if args.backend == "ringx" and _RINGX_IMPORT_ERROR is not None:
@@ -122,6 +127,11 @@ def main():
     for step in range(start + 1, args.steps + 1):
         x, y = batch_for(step, rank, args.batch)
         loss = F.cross_entropy(model(x), y)
+        if attempt == 0 and (rank, step) == (die_rank, die_step):
+            if progress:
+                progress.write(json.dumps({"rank": rank, "pid": os.getpid(), "attempt": attempt, "dying": step,
+                                           "t": time.time()}) + "\n")
+            os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces the gradients over ringx
         opt.step()
