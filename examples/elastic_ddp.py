@@ -23,6 +23,7 @@ survivor failed or the survivors' parameters differ at the end.
 """
 
 import argparse
+import collections
 import datetime
 import multiprocessing as mp
 import os
@@ -135,6 +136,52 @@ def _gone(store):
     return {int(r) for r in store.get(GONE_KEY).decode().split(",") if r}
 
 
+Outcome = collections.namedtuple("Outcome", "ok survivors done hung")
+
+
+def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
+    """Runs the job; returns an Outcome.
+
+    ok: every survivor finished, with equal parameters, within `limit` seconds;
+    done: {rank: (final loss, parameters as bytes)} of those that finished; hung:
+    the ranks still running at the limit, killed then.
+    `ctx` is the multiprocessing context that starts the ranks (default spawn);
+    a forkserver with torch and ringx preloaded starts them in milliseconds.
+    """
+    import torch.distributed as dist
+
+    ctx = ctx or mp.get_context("spawn")
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    results = ctx.Queue()
+    procs = {r: ctx.Process(target=rank_main, args=(r, nproc, port, steps, kills, results, progress, hidden))
+             for r in range(nproc)}
+    for proc in procs.values():
+        proc.start()
+    gone, done = set(), {}
+    deadline = time.monotonic() + limit
+    while len(gone) + len(done) < nproc and time.monotonic() < deadline:
+        while not results.empty():
+            r, loss, params = results.get()
+            done[r] = (loss, params)
+        for r, proc in procs.items():
+            if r not in gone and r not in done and proc.exitcode is not None and proc.exitcode != 0:
+                gone.add(r)
+                store.set(GONE_KEY, ",".join(map(str, sorted(gone))))
+                print(f"[launcher] rank {r} died (exit code {proc.exitcode})", flush=True)
+        time.sleep(0.02)
+    hung = []
+    for r, proc in procs.items():
+        proc.join(timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+        if proc.exitcode is None:
+            hung.append(r)
+            proc.kill()
+            proc.join()
+    survivors = sorted(set(procs) - gone)
+    ok = not hung and sorted(done) == survivors and len({params for _, params in done.values()}) == 1
+    return Outcome(ok, survivors, done, hung)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=4)
@@ -149,33 +196,7 @@ def main():
     a = p.parse_args()
     kills = {int(r): int(s) for r, s in (k.split("@") for k in a.kill)}
 
-    import torch.distributed as dist
-
-    port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = {r: ctx.Process(target=rank_main, args=(r, a.nproc, port, a.steps, kills, results, a.progress,
-                                                            a.hidden))
-             for r in range(a.nproc)}
-    for proc in procs.values():
-        proc.start()
-    gone, done = set(), {}
-    deadline = time.monotonic() + 600
-    while len(gone) + len(done) < a.nproc and time.monotonic() < deadline:
-        while not results.empty():
-            r, loss, params = results.get()
-            done[r] = (loss, params)
-        for r, proc in procs.items():
-            if r not in gone and r not in done and proc.exitcode is not None and proc.exitcode != 0:
-                gone.add(r)
-                store.set(GONE_KEY, ",".join(map(str, sorted(gone))))
-                print(f"[launcher] rank {r} died (exit code {proc.exitcode})", flush=True)
-        time.sleep(0.02)
-    for proc in procs.values():
-        proc.join(timeout=30)
-    survivors = sorted(set(procs) - gone)
-    ok = sorted(done) == survivors and len({params for _, params in done.values()}) == 1
+    ok, survivors, done, _ = launch(a.nproc, a.steps, kills, a.hidden, a.progress)
     for r in sorted(done):
         print(f"[launcher] rank {r}: final loss {done[r][0]:.4f}")
     if a.save and ok:

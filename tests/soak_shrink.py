@@ -2,7 +2,8 @@
 
     python tests/soak_shrink.py --trials 50 [--seed 1]        (make soak-shrink)
 
-Each trial runs examples/elastic_ddp.py with what a seeded generator picks: 3 to 5
+Each trial runs examples/elastic_ddp.py's launcher, in this process, with what a
+seeded generator picks: 3 to 5
 ranks, one or two victims (any global rank, the job store's host included; two may
 die in the same step), the steps they die in, and the model's width (8 to 4096, so
 DDP's buckets range from a few hundred bytes to about 700 KB). The trial passes when
@@ -12,20 +13,26 @@ each step the mean of the current group's gradients (batches seeded by the step 
 the rank in the group, a failed step redone by the smaller group), then SGD with
 momentum, within float32 rounding. Prints one line per trial and a summary; exits
 non-zero if any trial crashed, hung or ended with wrong parameters.
+
+The ranks start from a forkserver that has imported torch and ringx once, so a trial
+costs what its ranks do, not their imports (13 s a trial on the 2-core VM when each
+rank was a fresh interpreter).
 """
 
 import argparse
+import multiprocessing as mp
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "elastic_ddp.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import elastic_ddp  # noqa: E402
+
 STEPS = 8
 
 
@@ -50,25 +57,26 @@ def replay(nproc, kills, hidden):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+def ranks_context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch.nn.parallel", "ringx", "elastic_ddp"])
+    return ctx
+
+
 def trial(rng, limit):
     nproc = rng.choice([3, 4, 5])
     victims = rng.sample(range(nproc), rng.choice([1, 2]))
     kills = {v: rng.randrange(1, STEPS - 1) for v in victims}
     hidden = rng.choice([8, 64, 1024, 4096])
     what = f"{nproc} ranks, width {hidden}, kills " + ", ".join(f"rank {v} in step {s}" for v, s in kills.items())
-    with tempfile.TemporaryDirectory(prefix="ringx-soak-shrink-") as d:
-        saved = os.path.join(d, "params.pt")
-        cmd = [sys.executable, EXAMPLE, "--nproc", str(nproc), "--steps", str(STEPS), "--hidden", str(hidden),
-               "--save", saved] + [x for v, s in kills.items() for x in ("--kill", f"{v}@{s}")]
-        start = time.monotonic()
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, start_new_session=True)
-        except subprocess.TimeoutExpired as e:
-            return "hang", what, f"no exit within {limit} s\n{(e.stdout or b'')[-2000:]}"
-        took = time.monotonic() - start
-        if r.returncode != 0:
-            return "crash", what, f"exit {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}"
-        got = torch.load(saved)
+    start = time.monotonic()
+    out = elastic_ddp.launch(nproc, STEPS, kills, hidden, ctx=ranks_context(), limit=limit)
+    took = time.monotonic() - start
+    if out.hung:
+        return "hang", what, f"ranks {out.hung} still running after {limit} s"
+    if not out.ok:
+        return "crash", what, f"finished: {sorted(out.done)}, survivors: {out.survivors}"
+    got = torch.from_numpy(np.frombuffer(out.done[out.survivors[0]][1], dtype=np.float32).copy())
     want = replay(nproc, kills, hidden)
     err = (got - want).abs().max().item()
     if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
@@ -80,7 +88,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=50)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--limit", type=float, default=180, help="seconds a trial may take before it counts as a hang")
+    p.add_argument("--limit", type=float, default=120, help="seconds a trial may take before it counts as a hang")
     a = p.parse_args()
     rng = random.Random(a.seed)
     counts = {"ok": 0, "crash": 0, "hang": 0, "wrong": 0}

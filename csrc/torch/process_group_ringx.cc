@@ -4,8 +4,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <future>
+#include <iomanip>
+#include <sstream>
 
 #include <sched.h>
 #include <unistd.h>
@@ -59,6 +62,17 @@ int threadCpu() {
 ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                      std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size), timeout_(timeout) {
+  // Where a group's creation time goes, at INFO: each phase waits on every
+  // rank's store writes, so the slowest rank sets it.
+  using Clock = std::chrono::steady_clock;
+  auto mark = Clock::now();
+  std::ostringstream phases;
+  auto phase = [&](const char* name) {
+    const auto now = Clock::now();
+    phases << (phases.tellp() > 0 ? ", " : "") << name << " " << std::fixed << std::setprecision(1)
+           << std::chrono::duration<double, std::milli>(now - mark).count() << " ms";
+    mark = now;
+  };
   if (size > kMaxRanks) throwBackendError("ringx: groups of more than " + std::to_string(kMaxRanks) + " ranks");
   C10dStoreAdapter adapter(store);
   // Each rank counts the ringx groups it has built on this store; ranks build
@@ -91,8 +105,10 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   } catch (const Error& e) {
     throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
   }
+  phase("settings");
   try {
     topology_ = Topology::exchange(adapter, prefix + "/topology", rank, size);
+    phase("topology");
     if (settingFlag("RINGX_SHM")) {
       // Slots hold whole elements of any dtype and start cache-line aligned.
       const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);
@@ -121,14 +137,19 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
         hostLayout_ = std::move(layout);
       }
     }
-    comm_ = std::make_shared<Communicator>(makeUcxTransport(adapter, rank, size, uopts), copts);
+    phase("shared memory");
+    auto transport = makeUcxTransport(adapter, rank, size, uopts);
+    phase("UCX");
+    comm_ = std::make_shared<Communicator>(std::move(transport), copts);
+    phase("engine");
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::InvalidArgument) {
       throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
     }
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
   }
-  RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up, timeout " << timeout.count() << " ms; "
+  RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up (" << phases.str() << "), timeout " << timeout.count()
+                                  << " ms; "
                                   << topology_.describe() << "; this rank reaches "
                                   << (shm_ ? "every rank through shared memory"
                                            : "every rank through UCX (RINGX_TLS " +
