@@ -232,11 +232,14 @@ $(WHEEL_VENV_STAMP):
 # The subset: every collective family on the c10d API that changes between
 # releases, futures, the entry point, the package's own checks, and torch's
 # libraries that call the backend (FSDP2, DTensor, checkpointing). The DDP
-# hooks (4-rank training runs) are left to the default torch for CI time.
+# hooks (4-rank training runs) are left to the default torch for CI time, and
+# so is the dtype matrix: the arithmetic is ringx's, the same on either torch,
+# so float32 and int64 stand for the rest here (214 of 525 cases).
 TORCH2_TESTS := tests/python/test_allreduce.py tests/python/test_collectives_gather.py \
 	tests/python/test_collectives_reduce.py tests/python/test_collectives_alltoall.py \
 	tests/python/test_async.py tests/python/test_entry_point.py tests/python/test_packaging.py \
-	tests/python/test_settings_agree.py tests/python/test_ecosystem.py
+	tests/python/test_settings_agree.py tests/python/test_ecosystem.py \
+	-k "not (float64 or float16 or int8 or int16 or int32 or bool)"
 TORCH2_TIMEOUT := 900
 
 $(TORCH2_VENV_STAMP): | sysdeps

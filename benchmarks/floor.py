@@ -99,12 +99,12 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
                    "p90": times[9 * n // 10] / 1e3, "op_p50": speed}, f)
 
 
-def run_case(case: str, world: int, seconds: float, calls: int, tmp: str) -> dict:
+def run_case(case: str, world: int, seconds: float, calls: int, tmp: str, settle: float) -> dict:
     """Start the case's processes, return the slowest process's percentiles (a collective
     goes at the pace of its slowest rank)."""
     together = 1 if case in ("op-alone", "w1-alone") else world
     one_group = case in ("wN", "wN-gloo")
-    start_at = time.time() + (1.0 if case.startswith("op") else 6.0)
+    start_at = time.time() + (1.0 if case.startswith("op") else settle)
     port = free_port()
     procs, outs = [], []
     for r in range(together):
@@ -132,6 +132,9 @@ def main() -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0, help="timed loop per case (default 3)")
+    ap.add_argument("--settle", type=float, default=6.0,
+                    help="seconds from starting a ringx case's processes to their timed loops, which "
+                         "start together once every process has imported torch and warmed up (default 6)")
     ap.add_argument("--gloo", action="store_true", help="also time the collective on gloo")
     ap.add_argument("--json", help="where to write the results (default bench-results/floor-<date>.json)")
     ap.add_argument("--_worker")
@@ -157,7 +160,7 @@ def main() -> int:
             for c in cases:
                 # The collective runs half the calls the loaded floor made in --seconds.
                 calls = int(row["w1-xN"]["calls"] // 2) if "w1-xN" in row else 0
-                row[c] = run_case(c, n, args.seconds, calls, tmp)
+                row[c] = run_case(c, n, args.seconds, calls, tmp, args.settle)
                 s = row[c]
                 print(f"  {rep + 1:>6} {label[c]:>12} {s['p10']:7.1f} {s['p50']:7.1f} {s['p90']:7.1f} "
                       f"{int(s['calls']):>8}  " + " ".join(f"{x:.1f}" for x in s["each_p50"])

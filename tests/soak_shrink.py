@@ -15,8 +15,8 @@ momentum, within float32 rounding. Prints one line per trial and a summary; exit
 non-zero if any trial crashed, hung or ended with wrong parameters.
 
 The ranks start from a forkserver that has imported torch and ringx once, so a trial
-costs what its ranks do, not their imports (13 s a trial on the 2-core VM when each
-rank was a fresh interpreter).
+costs what its ranks do, not their imports (about 12 s a trial on the 2-core VM when
+each rank was a fresh interpreter).
 """
 
 import argparse

@@ -12,7 +12,8 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "b
 
 def test_floor_benchmark_times_every_case_and_writes_its_json(tmp_path):
     out = tmp_path / "floor.json"
-    run = subprocess.run([sys.executable, SCRIPT, "--seconds", "0.3", "--repeats", "1", "--json", str(out)],
+    run = subprocess.run([sys.executable, SCRIPT, "--seconds", "0.3", "--repeats", "1", "--settle", "2",
+                          "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
