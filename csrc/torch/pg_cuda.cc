@@ -1,6 +1,7 @@
 // Collectives on CUDA tensors: the CollArgs every collective builds, run on
-// the host-staged or the device-resident path (core/device_paths/host_staging.h)
-// with ProcessGroupNCCL's stream semantics. Built only for CUDA.
+// the host-staged or the device-resident path (core/device_paths/host_staging.h),
+// or handed to the ipc path (pg_ipc.cc), with ProcessGroupNCCL's stream
+// semantics. Built only for CUDA.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -27,6 +28,15 @@ std::vector<size_t> pieceCuts(size_t bytes, size_t elementBytes, size_t stage) {
 
 }  // namespace
 
+const char* ProcessGroupRingx::pathName(CudaPath path) {
+  switch (path) {
+    case CudaPath::Resident: return "device-resident";
+    case CudaPath::Ipc: return "ipc";
+    case CudaPath::Staged: break;
+  }
+  return "host-staged";
+}
+
 ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c10::DeviceIndex index) {
   std::lock_guard<std::mutex> lock(cudaMu_);
   if (!cuda_) {
@@ -38,7 +48,11 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
     // progress thread (Device::loadKernels).
     cc.device->loadKernels();
     RINGX_LOG(Info, "ringx: rank " << rank_ << " runs CUDA tensors on " << cc.device->name() << ", "
-                                   << (cudaResident_ ? "device-resident" : "host-staged"));
+                                   << pathName(cudaPath_)
+                                   << (cudaPath_ != CudaPath::Ipc ? std::string()
+                                       : ipcGroupRefusal_.empty()
+                                           ? std::string(" where it applies, host-staged elsewhere")
+                                           : " asked for, but every op host-staged: " + ipcGroupRefusal_));
     cuda_ = std::move(cc);
   } else if (cuda_->device->index() != index) {
     throwValueError(c, "this group runs on " + cuda_->device->name() + " in this process, got a tensor on cuda:" +
@@ -47,18 +61,11 @@ ProcessGroupRingx::CudaComm& ProcessGroupRingx::cudaComm(const CallContext& c, c
   return *cuda_;
 }
 
-struct ProcessGroupRingx::CudaCall {
-  CudaComm* comm = nullptr;
-  c10::DeviceIndex index = -1;
-  bool resident = false;
-  std::optional<HostStaging> staging;
-};
-
 // Enqueues the op's ordering (and, staged, its copies) on the order stream:
 // `regions` are the tensors' memory; resident, none are copied.
 ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive,
-                                                         std::vector<DeviceRegion> regions, bool resident,
-                                                         const CollArgs* args) {
+                                                         std::vector<DeviceRegion> regions, CudaPath path,
+                                                         const CollArgs* args, const std::string& note) {
   CudaCall cuda;
   std::optional<c10::DeviceIndex> index;
   for (const at::Tensor& t : keepAlive) {
@@ -89,19 +96,21 @@ ProcessGroupRingx::CudaCall ProcessGroupRingx::beginCuda(Call& call, const std::
   // wait() returns without driving the op (the stream waits, not the host):
   // the progress thread must run it.
   call.callerWaits = call.callerWaits && blockingWait_;
+  const bool resident = path == CudaPath::Resident;
   cuda.resident = resident;
   const bool inPlace = args && (args->coll == Collective::AllReduce || args->coll == Collective::Broadcast ||
                                 args->coll == Collective::Reduce);
   std::vector<size_t> cuts;
-  if (!resident && inPlace) cuts = pieceCuts(args->bytes(), dtypeSize(args->dtype), cudaStageBytes_);
+  if (path == CudaPath::Staged && inPlace) cuts = pieceCuts(args->bytes(), dtypeSize(args->dtype), cudaStageBytes_);
   // Resident, the tensors are only ordered against the ops in flight on
   // the same memory, not copied.
   if (resident) {
     for (DeviceRegion& r : regions) r.in = r.out = false;
   }
-  cuda.staging.emplace(*cuda.comm->order, caller, std::move(regions), std::move(cuts));
-  RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", "
-                                    << (resident ? "device-resident" : "host-staged"));
+  // The ipc path orders its op itself (IpcCollective).
+  if (path != CudaPath::Ipc) cuda.staging.emplace(*cuda.comm->order, caller, std::move(regions), std::move(cuts));
+  RINGX_LOG(Info, call.ctx.prefix() << "CUDA tensors on " << cuda.comm->device->name() << ", " << pathName(path)
+                                    << note);
   return cuda;
 }
 
@@ -142,8 +151,15 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
                                                               std::vector<at::Tensor> keepAlive,
                                                               std::vector<at::Tensor> outputs,
                                                               std::function<void()> publish) {
+  std::string note;
+  if (cudaPath_ == CudaPath::Ipc) {
+    note = ipcRefusal(args);
+    if (note.empty()) return submitOnIpc(call, args, std::move(keepAlive), std::move(outputs), std::move(publish));
+    note = " (not ipc: " + note + ")";
+  }
   c10::cuda::OptionalCUDAGuard guard;
-  CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), cudaResident_, &args);
+  const CudaPath path = cudaPath_ == CudaPath::Resident ? CudaPath::Resident : CudaPath::Staged;
+  CudaCall cuda = beginCuda(call, keepAlive, regionsOf(args), path, &args, note);
   guard.set_index(cuda.index);
   CollArgs a = args;
   if (cuda.resident) {
@@ -157,7 +173,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnCuda(Call& call, const 
   return work;
 }
 
-// Always host-staged: the schedules built here (send, recv) name no device.
+// Always host-staged: the schedules built here (send, recv) name no device,
+// and the ipc path takes collectives only.
 c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call, std::vector<DeviceRegion> regions,
                                                                       const RegionBuild& build,
                                                                       std::vector<at::Tensor> keepAlive,
@@ -165,7 +182,8 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitScheduleOnCuda(Call& call
                                                                       std::function<void()> publish) {
   const size_t n = regions.size();
   c10::cuda::OptionalCUDAGuard guard;
-  CudaCall cuda = beginCuda(call, keepAlive, std::move(regions), false);
+  CudaCall cuda = beginCuda(call, keepAlive, std::move(regions), CudaPath::Staged, nullptr,
+                            cudaPath_ == CudaPath::Ipc ? " (not ipc: point-to-point)" : "");
   guard.set_index(cuda.index);
   std::vector<void*> buffers;
   for (size_t i = 0; i < n; ++i) buffers.push_back(cuda.staging->host(i));

@@ -17,6 +17,7 @@
 #include "core/common/log.h"
 #include "core/common/settings.h"
 #include "core/common/topology.h"
+#include "core/reduce/flags.h"
 #include "core/select/select.h"
 #include "core/transport/ucx/ucx_transport.h"
 #include "torch/exit_safe_release.h"
@@ -90,7 +91,16 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     segmentBytes_ = settingPositive("RINGX_CHUNK_BYTES");
     algo_ = AlgoOverride(settingText("RINGX_ALGO"));
 #ifdef RINGX_WITH_CUDA
-    cudaResident_ = settingEffective("RINGX_CUDA_PATH") == "RESIDENT";
+    const std::string path = settingEffective("RINGX_CUDA_PATH");
+    if (path != "STAGED" && path != "RESIDENT" && path != "IPC") {
+      throw Error(ErrorKind::InvalidArgument, "ringx: creating a group (rank " + std::to_string(rank) +
+                                                  "): RINGX_CUDA_PATH=" + path +
+                                                  " is none of staged, resident, ipc");
+    }
+    cudaPath_ = path == "RESIDENT" ? CudaPath::Resident : path == "IPC" ? CudaPath::Ipc : CudaPath::Staged;
+    cudaIpcBytes_ = settingPositive("RINGX_CUDA_IPC_BYTES");
+    store_ = store;
+    storePrefix_ = prefix;
     cudaStageBytes_ = settingPositive("RINGX_CUDA_STAGE_BYTES");
     blockingWait_ = settingFlag("RINGX_BLOCKING_WAIT");
     asyncTeardown_ = settingEffective("RINGX_ASYNC_ERROR_HANDLING") == "TEARDOWN";
@@ -142,6 +152,13 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     phase("UCX");
     comm_ = std::make_shared<Communicator>(std::move(transport), copts);
     phase("engine");
+#ifdef RINGX_WITH_CUDA
+    if (cudaPath_ == CudaPath::Ipc && !topology_.singleHost()) {
+      ipcGroupRefusal_ = "the group's ranks are not all on one host";
+    } else if (cudaPath_ == CudaPath::Ipc && size > flags::kMaxFlags + 1) {
+      ipcGroupRefusal_ = "the ipc path takes at most " + std::to_string(flags::kMaxFlags + 1) + " ranks";
+    }
+#endif
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::InvalidArgument) {
       throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());

@@ -52,6 +52,7 @@
 #include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 #include "core/device_paths/host_staging.h"
+#include "core/device_paths/ipc_peers.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
 #ifdef RINGX_WITH_CUDA
@@ -218,26 +219,57 @@ class ProcessGroupRingx : public c10d::Backend {
   // Refuses CUDA tensors where the call has no device path.
   void checkHostOnly(const CallContext& c, const std::vector<at::Tensor>& tensors) const;
 #ifdef RINGX_WITH_CUDA
+  // How collectives on CUDA tensors move data (RINGX_CUDA_PATH).
+  enum class CudaPath { Staged, Resident, Ipc };
+  static const char* pathName(CudaPath path);
   // Collectives on CUDA tensors (pg_cuda.cc).
   c10::intrusive_ptr<WorkRingx> submitOnCuda(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
                                              std::vector<at::Tensor> outputs, std::function<void()> publish);
   c10::intrusive_ptr<WorkRingx> submitScheduleOnCuda(Call& call, std::vector<DeviceRegion> regions,
                                                      const RegionBuild& build, std::vector<at::Tensor> keepAlive,
                                                      std::vector<at::Tensor> outputs, std::function<void()> publish);
-  struct CudaCall;
+  // The ipc path (pg_ipc.cc): why `args` runs staged instead (empty when
+  // the ipc path takes it), and the call on that path.
+  std::string ipcRefusal(const CollArgs& args) const;
+  c10::intrusive_ptr<WorkRingx> submitOnIpc(Call& call, const CollArgs& args, std::vector<at::Tensor> keepAlive,
+                                            std::vector<at::Tensor> outputs, std::function<void()> publish);
+  struct CudaComm;
+  IpcPeers& ipcPeers(const CallContext& c, CudaComm& cc);
+  // A call on CUDA tensors between beginCuda and endCuda.
+  struct CudaCall {
+    CudaComm* comm = nullptr;
+    c10::DeviceIndex index = -1;
+    bool resident = false;
+    std::optional<HostStaging> staging;  // none on the ipc path
+  };
+  // `note` follows the path's name in the INFO log (why the ipc path was
+  // not taken).
   CudaCall beginCuda(Call& call, const std::vector<at::Tensor>& keepAlive, std::vector<DeviceRegion> regions,
-                     bool resident, const CollArgs* args = nullptr);
+                     CudaPath path, const CollArgs* args = nullptr, const std::string& note = "");
   void endCuda(CudaCall& cuda, const std::vector<at::Tensor>& keepAlive, const std::function<void()>& publish,
                WorkRingx& work);
   struct CudaComm {
     std::unique_ptr<CudaDevice> device;
     std::unique_ptr<DeviceOrder> order;     // the ops' ordering and, staged, their copies
     std::unique_ptr<DeviceStream> compute;  // device-resident reduce, copy and scale steps
+    // The ipc path's buffers and flags, set up at the group's first
+    // collective that takes it; destroyed before the device.
+    std::unique_ptr<IpcPeers> ipc;
   };
   CudaComm& cudaComm(const CallContext& c, c10::DeviceIndex index);
   std::mutex cudaMu_;
   std::optional<CudaComm> cuda_;
-  bool cudaResident_ = false;
+  CudaPath cudaPath_ = CudaPath::Staged;
+  // Why a group that asked for the ipc path runs every op staged (its ranks
+  // span hosts, or are too many); empty otherwise.
+  std::string ipcGroupRefusal_;
+  size_t cudaIpcBytes_ = 0;
+  // The ipc set-up exchanges handles through the store at the group's first
+  // collective on CUDA tensors, when the device is known (a group need not
+  // name its device when built), as ProcessGroupNCCL keeps its store to
+  // create communicators lazily. storePrefix_ is the group's key prefix.
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string storePrefix_;
   size_t cudaStageBytes_ = 0;
   bool blockingWait_ = false;
   bool asyncTeardown_ = false;  // RINGX_ASYNC_ERROR_HANDLING=teardown

@@ -339,7 +339,7 @@ TEST_CASE("an op the engine ends early withdraws what it exposed before its call
     Schedule s(DType::F32, ReduceOp::Sum);
     s.poll([finishes] { return finishes; }, nullptr);
     auto withdrawn = std::make_shared<std::atomic<bool>>(false);
-    s.onAbandon([withdrawn] { withdrawn->store(true); });
+    s.onAbandon([withdrawn](const std::string&) { withdrawn->store(true); });
     auto promise = std::make_shared<std::promise<std::pair<bool, bool>>>();
     auto op = std::make_unique<Op>("broadcast", 1, std::move(s));
     // What the caller sees at the moment it gets its buffer back.

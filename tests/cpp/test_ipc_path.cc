@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "core/device_paths/ipc_collective.h"
@@ -144,6 +145,32 @@ IpcOutcome runIpc(IpcWorld& w, const CollArgs& args, const std::vector<std::byte
   return out;
 }
 
+// An int64 all_reduce of pattern(q + k, ...) over ranks q, and what a
+// device buffer read back holds.
+std::vector<int64_t> ipcPatternSum(int size, int k, size_t n) {
+  std::vector<int64_t> want(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (int q = 0; q < size; ++q) want[i] += (q + k) * 1000 + int64_t(i % 97) + 1;
+  }
+  return want;
+}
+
+std::vector<int64_t> ipcInt64s(const std::vector<std::byte>& bytes) {
+  std::vector<int64_t> v(bytes.size() / 8);
+  std::memcpy(v.data(), bytes.data(), v.size() * 8);
+  return v;
+}
+
+// Seq 1 on rank r of a world of 3: an int64 all_reduce for which rank 1
+// passes 99 elements and the others 100. Also returns r's input.
+std::pair<IpcOutcome, std::vector<std::byte>> ipcMismatchedCall(IpcWorld& w, int r) {
+  const size_t count = r == 1 ? 99 : 100;
+  auto in = pattern(r, count * 8, DType::I64);
+  const CollArgs a = ipcArgs(Collective::AllReduce, r, 3, 1, count, DType::I64, ReduceOp::Sum);
+  IpcOutcome got = runIpc(w, a, in, {});
+  return {std::move(got), std::move(in)};
+}
+
 const Collective kIpcCollectives[] = {Collective::AllReduce,     Collective::Reduce,   Collective::Broadcast,
                                    Collective::AllGather,     Collective::Gather,   Collective::Scatter,
                                    Collective::ReduceScatter, Collective::AllToAll};
@@ -242,13 +269,7 @@ TEST_CASE("ipc: ops issued back to back reuse the buffers only after every peer 
     for (int k = 0; k < ops; ++k) {
       RANK_REQUIRE_NO_ERROR(results[size_t(k)].get());
       const auto got = readAfter(me, *issued[size_t(k)]->done(), bufs[size_t(k)].get(), n * 8);
-      std::vector<int64_t> v(n);
-      std::memcpy(v.data(), got.data(), n * 8);
-      std::vector<int64_t> want(n, 0);
-      for (size_t i = 0; i < n; ++i) {
-        for (int q = 0; q < size; ++q) want[i] += (q + k) * 1000 + int64_t(i % 97) + 1;
-      }
-      RANK_REQUIRE(v == want);
+      RANK_REQUIRE(ipcInt64s(got) == ipcPatternSum(size, k, n));
     }
   });
 }
@@ -312,15 +333,84 @@ TEST_CASE("ipc: ranks that call different collectives fail naming the rank, thei
   const int size = 3;
   IpcWorld w(size, 128, 5s);
   onEachRank(size, [&](int r) {
-    const size_t count = r == 1 ? 99 : 100;
-    const auto in = pattern(r, count * 8, DType::I64);
-    const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::I64, ReduceOp::Sum);
-    const IpcOutcome got = runIpc(w, a, in, {});
+    const auto [got, in] = ipcMismatchedCall(w, r);
     RANK_REQUIRE(got.error);
     RANK_REQUIRE(got.output == in);
     if (r != 1) {
       RANK_REQUIRE_SAYING(got.error->what(), got.error->kind() == ErrorKind::InvalidArgument);
       RANK_REQUIRE_SAYING(got.error->what(), std::string(got.error->what()).find("rank 1") != std::string::npos);
+    }
+  });
+}
+
+TEST_CASE("ipc: more ops in flight than identity slots, one submitted before the op it follows in its slot") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  IpcWorld w(size, 256);
+  const size_t n = 100;
+  // Twice the slots, plus one: ops 1 and 17 share a slot, and so do 2, 18
+  // and 34. Rank 0 submits op 17 first, as when an op run inline at submit
+  // gets to its slot before an earlier one still queued; it must still
+  // publish after op 1, or the peers compare op 1 with op 17's record.
+  const int ops = 2 * IpcPeers::kIdentitySlots + 1;
+  const int early = IpcPeers::kIdentitySlots + 1;
+  onEachRank(size, [&](int r) {
+    SimRank& me = *w.sim.ranks[size_t(r)];
+    std::vector<std::vector<std::byte>> hostIn;  // the caller's stream copies them late
+    std::vector<std::shared_ptr<std::byte>> bufs;
+    std::vector<std::unique_ptr<IpcCollective>> issued;
+    for (int k = 1; k <= ops; ++k) hostIn.push_back(pattern(r + k, n * 8, DType::I64));
+    for (int k = 1; k <= ops; ++k) {
+      bufs.push_back(deviceCopyOf(me, hostIn[size_t(k - 1)]));
+      CollArgs a = ipcArgs(Collective::AllReduce, r, size, uint64_t(k), n, DType::I64, ReduceOp::Sum);
+      a.buf = bufs.back().get();
+      issued.push_back(std::make_unique<IpcCollective>(me.order, *me.caller, *w.peers[size_t(r)], a));
+    }
+    std::vector<int> order;
+    if (r == 0) order.push_back(early);
+    for (int k = 1; k <= ops; ++k) {
+      if (r != 0 || k != early) order.push_back(k);
+    }
+    std::map<int, std::future<std::optional<Error>>> results;
+    for (int k : order) {
+      results[k] = submitOp(*w.sim.comms[size_t(r)], "all_reduce", uint64_t(k), issued[size_t(k - 1)]->schedule());
+    }
+    for (int k = 1; k <= ops; ++k) {
+      CAPTURE(k);
+      RANK_REQUIRE_NO_ERROR(results[k].get());
+      const auto got = readAfter(me, *issued[size_t(k - 1)]->done(), bufs[size_t(k - 1)].get(), n * 8);
+      RANK_REQUIRE(ipcInt64s(got) == ipcPatternSum(size, k, n));
+    }
+  });
+}
+
+TEST_CASE("ipc: after a failed op every later op of the group is refused at once, naming that failure") {
+  const int size = 3;
+  IpcWorld w(size, 128, 5s);
+  onEachRank(size, [&](int r) {
+    const auto [first, in] = ipcMismatchedCall(w, r);
+    RANK_REQUIRE(first.error);
+    SimRank& me = *w.sim.ranks[size_t(r)];
+    const auto later = pattern(r, 800, DType::I64);
+    for (Collective coll : {Collective::AllReduce, Collective::Broadcast}) {
+      auto buf = deviceCopyOf(me, later);
+      CollArgs a = ipcArgs(coll, r, size, 2, 100, DType::I64, ReduceOp::Sum);
+      a.buf = buf.get();
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        IpcCollective refused(me.order, *me.caller, *w.peers[size_t(r)], a);
+        RANK_REQUIRE_SAYING("accepted after a failure", false);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        RANK_REQUIRE_SAYING(what, e.kind() == ErrorKind::Aborted);
+        RANK_REQUIRE_SAYING(what, what.find(std::string(collectiveName(coll)) + " (rank " + std::to_string(r) +
+                                            ", seq 2)") != std::string::npos);
+        RANK_REQUIRE_SAYING(what, what.find("failed at an earlier op") != std::string::npos);
+        RANK_REQUIRE_SAYING(what, what.find("seq 1)") != std::string::npos);
+      }
+      RANK_REQUIRE(std::chrono::steady_clock::now() - start < 1s);
+      OnDevice on(&me.device);
+      me.caller->synchronize();  // the copy into buf, before buf goes
     }
   });
 }

@@ -109,9 +109,10 @@ void onEachRank(int size, Fn fn) {
   for (auto& f : done) f.get();
 }
 
-// Submits a schedule and blocks until it ends; returns the error, if any.
-inline std::optional<Error> runOp(Communicator& comm, const std::string& name, uint64_t seq, Schedule s,
-                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+// Submits a schedule; the future holds its error, if any, once it ended.
+inline std::future<std::optional<Error>> submitOp(Communicator& comm, const std::string& name, uint64_t seq,
+                                                  Schedule s,
+                                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
   auto promise = std::make_shared<std::promise<std::optional<Error>>>();
   auto future = promise->get_future();
   auto op = std::make_unique<Op>(name, seq, std::move(s));
@@ -120,7 +121,13 @@ inline std::optional<Error> runOp(Communicator& comm, const std::string& name, u
     promise->set_value(e ? std::optional<Error>(*e) : std::nullopt);
   };
   comm.submit(std::move(op));
-  return future.get();
+  return future;
+}
+
+// Submits a schedule and blocks until it ends; returns the error, if any.
+inline std::optional<Error> runOp(Communicator& comm, const std::string& name, uint64_t seq, Schedule s,
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+  return submitOp(comm, name, seq, std::move(s), timeout).get();
 }
 
 // One communicator per rank over `world`'s transports (the world stays the

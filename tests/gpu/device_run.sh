@@ -5,10 +5,13 @@
 #   build     ringx with CUDA for the GPU's own architecture, into a folder of its own
 #   smoke     tests/gpu/smoke.py, 2 ranks under torchrun
 #   contexts  tests/gpu/contexts.py, 3 ranks: one CUDA context per rank, on its own device
+#   ipc       tests/gpu -k ipc: every collective on RINGX_CUDA_PATH=ipc against the CPU, and
+#             the INFO log saying ipc was taken (never run on a GPU before: first, and
+#             stopped at the second failure so that a hang leaves budget for the rest)
 #   bench     benchmarks/collectives.py --device cuda at 8 B, 1 MiB and 64 MiB: ringx at
 #             world 2 (the ranks share the GPU) for each data path the build offers
 #             (staged, ipc), and ringx beside nccl at world 1 (nccl refuses two ranks on one GPU)
-#   tests     tests/gpu, the default non-blocking wait among its cases, in the time left
+#   tests     the rest of tests/gpu, the default non-blocking wait among its cases, in the time left
 #
 # Here, before the call (once a session; build/ is ignored, so it is carried):
 #   make device-wheels
@@ -114,8 +117,11 @@ fi
 TORCHRUN=$(dirname "$PY")/torchrun
 run_step smoke smoke.log 90 "$TORCHRUN" --nproc-per-node 2 tests/gpu/smoke.py
 run_step contexts contexts.log 90 "$TORCHRUN" --nproc-per-node 3 tests/gpu/contexts.py
+run_step "tests/gpu, the ipc cases" tests-gpu-ipc.log 150 \
+  env RINGX_GPU_TEST_TIMEOUT=${RINGX_GPU_TEST_TIMEOUT:-45} "$PY" -m pytest tests/gpu -v -k ipc --maxfail=2 \
+  -p no:cacheprovider -rfE --durations=0
 
-# The data paths this build offers (ipc comes with issue 42).
+# The data paths this build offers (RINGX_CUDA_PATH's values).
 PATHS=staged
 if [ $DRY = 0 ]; then
   PATHS=$("$PY" -c "from ringx import _C
@@ -134,7 +140,8 @@ run_step "bench staged beside nccl, world 1" bench-nccl.log 120 \
   "$PY" "${BENCH[@]}" --world 1 --backends ringx,nccl --json "$WORK/bench-ringx-nccl-w1.json"
 
 run_step "tests/gpu" tests-gpu.log 400 \
-  env RINGX_GPU_TEST_TIMEOUT=${RINGX_GPU_TEST_TIMEOUT:-45} "$PY" -m pytest tests/gpu -v -p no:cacheprovider -rfE --durations=0
+  env RINGX_GPU_TEST_TIMEOUT=${RINGX_GPU_TEST_TIMEOUT:-45} "$PY" -m pytest tests/gpu -v -k "not ipc" -p no:cacheprovider \
+  -rfE --durations=0
 
 if [ $DRY = 0 ]; then
   cp "$WORK"/bench-*.json "$OUT"/ 2> /dev/null

@@ -276,3 +276,49 @@ def routed_to_ringx(seed):
     dist.all_reduce(y)
     _compare(problems, "all_reduce on cpu", y, _reference(inputs, "SUM", torch.float32))
     return problems
+
+
+def ipc_taken(seed, log_path):
+    """RINGX_CUDA_PATH=ipc with RINGX_DEBUG=INFO: the group sets the ipc path
+    up at its first collective, all_reduce takes it (two-shot too from 3
+    ranks, one-shot below), and the calls it does not cover say so and run
+    staged; every result against the CPU. The INFO log (stderr) goes to
+    `log_path` + the rank, read back here."""
+    import os
+
+    problems = []
+    n, rank, dev = dist.get_world_size(), dist.get_rank(), device()
+    path = f"{log_path}.{rank}"
+    saved = os.dup(2)
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        for count in [7, 1 << 20]:  # one-shot; 4 MiB: two-shot from 3 ranks
+            inputs = [make_input(seed, r, torch.float32, count) for r in range(n)]
+            x = inputs[rank].to(dev, copy=True)
+            dist.all_reduce(x)
+            _compare(problems, f"ipc all_reduce x{count}", x, _reference(inputs, "SUM", torch.float32))
+        sends = [rank + 1 + j for j in range(n)]
+        recvs = [r + 1 + rank for r in range(n)]
+        src = make_input(seed + 1, rank, torch.int64, sum(sends), dev)
+        out = torch.empty(sum(recvs), dtype=torch.int64, device=dev)
+        dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends)
+        pieces = []
+        for r in range(n):
+            theirs = make_input(seed + 1, r, torch.int64, sum(r + 1 + j for j in range(n)))
+            start = sum(r + 1 + j for j in range(rank))
+            pieces.append(theirs[start:start + r + 1 + rank])
+        _compare(problems, "uneven all_to_all_single (staged)", out, torch.cat(pieces))
+        torch.cuda.synchronize()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    with open(path) as f:
+        log = f.read()
+    wanted = ["the ipc path is set up", "algorithm ipc_one_shot", "host-staged (not ipc: all_to_all with split sizes)"]
+    if n >= 3:
+        wanted.append("algorithm ipc_two_shot")
+    for w in wanted:
+        if w not in log:
+            problems.append(f"the INFO log lacks {w!r}:\n{log}")
+    return problems

@@ -10,13 +10,18 @@ def _check(problems):
     assert not problems, "\n".join(problems)
 
 
-# Both data paths (RINGX_CUDA_PATH), the staged one also in pieces (a small
-# RINGX_CUDA_STAGE_BYTES) and with a blocking wait().
+# Every data path (RINGX_CUDA_PATH), the staged one also in pieces (a small
+# RINGX_CUDA_STAGE_BYTES) and with a blocking wait(); ipc also through small
+# buffers (each op in many rounds). On ipc the calls it does not take
+# (uneven all_to_all, send/recv) run staged.
 PATHS = {
     "staged": {},
     "staged-pieces": {"RINGX_CUDA_STAGE_BYTES": "65536"},
     "staged-blocking": {"RINGX_BLOCKING_WAIT": "1"},
     "resident": {"RINGX_CUDA_PATH": "resident"},
+    "ipc": {"RINGX_CUDA_PATH": "ipc"},
+    "ipc-rounds": {"RINGX_CUDA_PATH": "ipc", "RINGX_CUDA_IPC_BYTES": "65536"},
+    "ipc-blocking": {"RINGX_CUDA_PATH": "ipc", "RINGX_BLOCKING_WAIT": "1"},
 }
 path = pytest.mark.parametrize("env", list(PATHS.values()), ids=list(PATHS))
 
@@ -49,3 +54,12 @@ def test_ddp_step(hook):
 @pytest.mark.parametrize("backend", ["ringx", "cuda:ringx,cpu:gloo"])
 def test_device_id_and_backend_string(backend):
     _check(gpu_world.run(gpu_cases.routed_to_ringx, backend=backend, seed=6))
+
+
+def test_ipc_path_is_taken_where_it_applies(tmp_path):
+    env = {"RINGX_CUDA_PATH": "ipc", "RINGX_DEBUG": "INFO"}
+    _check(gpu_world.run(gpu_cases.ipc_taken, env=env, seed=7, log_path=str(tmp_path / "rank.log")))
+
+
+def test_ddp_step_on_ipc():
+    _check(gpu_world.run(gpu_cases.ddp_step, env={"RINGX_CUDA_PATH": "ipc"}, seed=5, hook=None))

@@ -11,7 +11,8 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(REPO, "tests", "gpu", "device_run.sh")
-STEPS = ["build", "smoke", "contexts", "bench staged, world 2", "bench staged beside nccl, world 1", "tests/gpu"]
+STEPS = ["build", "smoke", "contexts", "tests/gpu, the ipc cases", "bench staged, world 2",
+         "bench staged beside nccl, world 1", "tests/gpu"]
 
 
 def dry_run(tmp_path, *args):

@@ -85,6 +85,7 @@ def test_python_m_ringx_reports_what_a_bug_report_needs():
     assert lines[0].startswith(f"ringx {version} ("), out
     assert re.search(rf"built for torch {re.escape(built_for)}, with \S+ \d", out), out
     assert "CUDA off" in out or "CUDA on" in out, out
+    assert re.search(r"^  CUDA data paths \(RINGX_CUDA_PATH\): staged, resident, ipc\b", out, re.M), out
     assert re.search(r"CPU kernels for .*default; this CPU runs \S+", out), out
     assert f"torch {in_use} (" in out, out
     ucx = re.search(r"^UCX (\d+\.\d+\.\d+) \((\S+)\)$", out, re.M)

@@ -323,7 +323,7 @@ StepId addCmaExchange(Schedule& s, ShmArea* shm, const Cma* cma, const CollIdent
   auto x = std::make_shared<CmaExchange>(shm, cma, shm->reserveChunks(1), mine, published, root);
   x->setPlan(std::move(plan));
   x->setFill(std::move(fill));
-  s.onAbandon([x] { x->abandon(); });
+  s.onAbandon([x](const std::string&) { x->abandon(); });
   StepId step = s.poll([x] { return x->publish(); }, [x] { return x->publishWaitsFor(); }, {after});
   step = s.poll([x] { return x->match(); }, [x] { return x->matchWaitsFor(); }, {step});
   step = s.poll([x] { return x->transfer(); }, nullptr, {step});

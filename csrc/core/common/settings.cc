@@ -52,12 +52,17 @@ const std::vector<Setting> kSettings = {
      "callers drive their own collectives it lost in the compute-gap and interleaved patterns "
      "(docs/benchmarks.md). With cores to spare, or a process already confined to one CPU, nothing "
      "is pinned."},
-    {"RINGX_CUDA_PATH", SettingType::Choice, "`staged`, `resident`", "staged", "`staged`", nullptr, true,
+    {"RINGX_CUDA_PATH", SettingType::Choice, "`staged`, `resident`, `ipc`", "staged", "`staged`", nullptr, true,
      "How collectives on CUDA tensors (a CUDA build of ringx) move data. `staged`: through page-locked host "
      "buffers and the CPU algorithms (shared memory on one host), for any UCX. `resident`: device buffers go "
      "to UCX (cuda_copy, cuda_ipc) and reductions run as ringx's CUDA kernels; only the network algorithms. "
-     "The path taken is logged at INFO. Only `staged` with a blocking wait has passed on a GPU so far "
-     "(README, CUDA)."},
+     "`ipc`: device to device through CUDA IPC and ringx's kernels when every rank is on one host; ops it does "
+     "not take (send/recv, coalesced calls, uneven all_to_all, barrier, sparse) and groups across hosts run "
+     "`staged`. The path taken, and why, is logged at INFO. Only `staged` with a blocking wait has passed on a "
+     "GPU so far; `ipc` has run only on the simulated device (README, CUDA)."},
+    {"RINGX_CUDA_IPC_BYTES", SettingType::PositiveInt, "bytes", "8388608", "`8388608`", nullptr, true,
+     "`RINGX_CUDA_PATH=ipc`: the device buffer each rank allocates at the group's first collective on CUDA "
+     "tensors and its peers map; a collective moves through it in rounds of at most this size."},
     {"RINGX_CUDA_STAGE_BYTES", SettingType::PositiveInt, "bytes", "4194304", "`4194304`", nullptr, true,
      "Host-staged all_reduce, broadcast and reduce of CUDA tensors larger than this run as up to 8 pieces of "
      "about this size, each its own collective, so the copies between device and host of one piece overlap "

@@ -188,7 +188,7 @@ Schedule HostStaging::wrap(std::vector<Schedule> pieces) const {
   Schedule s(pieces[0].dtype(), pieces[0].op());
   s.setScaleFactor(pieces[0].scaleFactor());
   auto state = state_;
-  s.onAbandon([state] { state->failUnlessEnded(); });
+  s.onAbandon([state](const std::string&) { state->failUnlessEnded(); });
   // The polls run on whichever thread progresses the op.
   for (size_t k = 0; k < pieces.size(); ++k) {
     const StepId staged = s.pollDevice(state->device, [state, k] {

@@ -48,6 +48,7 @@ struct IpcCollective::State {
   IpcPeers* peers = nullptr;
   CollIdentity id;
   int slot = 0;
+  uint64_t previousInSlot = 0;  // must have published before this op may
   IpcShot shot = IpcShot::One;
   std::shared_ptr<std::byte> status, output;
   std::shared_ptr<DeviceEvent> done;
@@ -55,7 +56,11 @@ struct IpcCollective::State {
 
   uint32_t* word(size_t i) const { return reinterpret_cast<uint32_t*>(status.get()) + i; }
   uint32_t load(size_t i) const { return std::atomic_ref<uint32_t>(*word(i)).load(std::memory_order_acquire); }
-  void cancel() { std::atomic_ref<uint32_t>(*word(kVerdict)).store(kFlagFailed, std::memory_order_release); }
+  // Ends the op's device waits, and with them the group's ipc path.
+  void cancel(const std::string& why) {
+    std::atomic_ref<uint32_t>(*word(kVerdict)).store(kFlagFailed, std::memory_order_release);
+    peers->fail(why);
+  }
 
   // The peers whose words in this rank's mailboxes carry the failed bit, or
   // (failed false) are still below the op's last round.
@@ -83,7 +88,9 @@ struct IpcCollective::State {
     if (!done) return;  // refused before it enqueued anything
     OnDevice on(device);
     if (!done->query()) {
-      cancel();
+      cancel("ringx: " + std::string(collectiveName(Collective(id.kind))) + " (rank " +
+             std::to_string(peers->rank()) + ", seq " + std::to_string(id.seq) +
+             "): issued on the ipc path but never run");
       done->synchronize();
     }
     done.reset();
@@ -113,6 +120,11 @@ IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers&
     throw Error(ErrorKind::InvalidArgument, who + "the ipc peers were set up for rank " +
                                                 std::to_string(peers.rank()) + " of " + std::to_string(peers.size()));
   }
+  if (auto earlier = peers.failure()) {
+    throw Error(ErrorKind::Aborted, who + "the ipc path of this group failed at an earlier op and cannot run "
+                                          "another (the peers' flags and rounds no longer agree); create a new "
+                                          "group. The earlier failure: " + *earlier);
+  }
   const bool reduces = isReduction(a.coll);
   // Before anything is enqueued: a pair that does not exist fails here.
   if (reduces) reduceNFn(a.dtype, a.op);
@@ -138,6 +150,7 @@ IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers&
   if (output) st.output = device.allocDevice(outBytes);
   const size_t rounds = ipcRounds(a.count, roundElems);
   const uint32_t first = peers.reserveRounds(uint32_t(rounds));
+  st.previousInSlot = peers.claimSlot(a.seq);
   st.lastRound = first + uint32_t(rounds) - 1;
 
   const int n = a.size, r = a.rank;
@@ -231,14 +244,16 @@ Schedule IpcCollective::schedule() const {
   Schedule s(DType(st.id.dtype), ReduceOp(st.id.op));
   s.setAlgorithm(algorithm());
   auto state = state_;
-  s.onAbandon([state] { state->cancel(); });
+  s.onAbandon([state](const std::string& why) { state->cancel(why); });
   IpcPeers* peers = st.peers;
   const int me = peers->rank(), slot = st.slot;
-  // This rank's record for the slot is rewritten only once every peer has
-  // compared the one it holds.
+  const uint64_t previous = st.previousInSlot;
+  // This rank's record for the slot is rewritten only once the op issued
+  // before it in the slot has published (an op run inline at submit may
+  // come here first) and every peer has compared that record.
   const StepId published = s.poll(
-      [state, peers, me, slot] {
-        const uint64_t previous = peers->published(me, slot).load(std::memory_order_acquire);
+      [state, peers, me, slot, previous] {
+        if (peers->published(me, slot).load(std::memory_order_acquire) != previous) return false;
         for (int q = 0; q < peers->size(); ++q) {
           if (q != me && peers->checked(q, slot).load(std::memory_order_acquire) < previous) return false;
         }
@@ -246,9 +261,8 @@ Schedule IpcCollective::schedule() const {
         peers->published(me, slot).store(state->id.seq, std::memory_order_release);
         return true;
       },
-      [peers, me, slot] {
+      [peers, me, slot, previous] {
         std::vector<int> behind;
-        const uint64_t previous = peers->published(me, slot).load(std::memory_order_acquire);
         for (int q = 0; q < peers->size(); ++q) {
           if (q != me && peers->checked(q, slot).load(std::memory_order_acquire) < previous) behind.push_back(q);
         }

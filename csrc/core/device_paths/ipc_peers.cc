@@ -1,6 +1,7 @@
 #include "core/device_paths/ipc_peers.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/common/error.h"
 
@@ -110,6 +111,21 @@ uint32_t IpcPeers::reserveRounds(uint32_t n) {
   const uint32_t first = lastRound_ + 1;
   lastRound_ += n;
   return first;
+}
+
+uint64_t IpcPeers::claimSlot(uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(lastInSlot_[seq % kIdentitySlots], seq);
+}
+
+void IpcPeers::fail(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_) failure_ = why;
+}
+
+std::optional<std::string> IpcPeers::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 }  // namespace ringx

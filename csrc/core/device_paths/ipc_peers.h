@@ -11,7 +11,10 @@
 //       an identity ring: kIdentitySlots records of the collective a rank
 //       issued (its CollIdentity, published under its seq), and per slot
 //       the last seq this rank checked in every peer's record, so a rank
-//       rewrites a slot only once every peer has compared it.
+//       rewrites a slot only once every peer has compared it. Ops that share
+//       a slot (seqs kIdentitySlots apart, or more) publish in the order
+//       they were issued, however many are in flight: each waits until the
+//       one issued before it in that slot has published (claimSlot).
 // Handles and segment names go through the store; the names are removed
 // once every rank has mapped them, so a crash leaves nothing in /dev/shm.
 #pragma once
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +76,17 @@ class IpcPeers {
   // reserves them in the order it issues its ops, which all ranks share.
   // Throws Error(Internal) when the flags' 31 bits are used up.
   uint32_t reserveRounds(uint32_t n);
+  // The seq of the op issued before `seq` in its identity slot (0 for
+  // none), which must have published before this one may; records `seq`
+  // as the slot's latest. Called in issue order.
+  uint64_t claimSlot(uint64_t seq);
+
+  // A failed op leaves failed bits in the flags, rounds its peers may never
+  // reach and identity slots never checked, so the group's ipc path cannot
+  // run another op: the first failure is kept (`why` names the op and what
+  // went wrong) and every later op is refused with it.
+  void fail(const std::string& why);
+  std::optional<std::string> failure() const;
 
  private:
   IpcPeers(Device& device, int rank, int size, size_t bufferBytes)
@@ -84,8 +99,10 @@ class IpcPeers {
   std::vector<std::shared_ptr<std::byte>> buffers_;
   std::vector<std::unique_ptr<ShmSegment>> control_;
   std::vector<std::shared_ptr<void>> registered_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   uint32_t lastRound_ = 0;
+  uint64_t lastInSlot_[kIdentitySlots] = {};
+  std::optional<std::string> failure_;
 };
 
 }  // namespace ringx

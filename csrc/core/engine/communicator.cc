@@ -513,7 +513,7 @@ void Communicator::fail(Active& a, ErrorKind kind, const std::string& what, std:
   cancelPending_ |= a.cancelTransfers;
   Error err(kind, prefix(*a.op) + what, std::move(awaited));
   RINGX_LOG(Warn, err.what());
-  a.op->schedule.abandon();
+  a.op->schedule.abandon(err.what());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) {

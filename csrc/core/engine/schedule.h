@@ -151,10 +151,10 @@ class Schedule {
 
   // Run when the engine ends the op before its steps do (a timeout, an
   // abort, another op's failure), before the caller gets its buffers back:
-  // what a step exposed to peers is withdrawn here.
-  void onAbandon(std::function<void()> fn) { abandon_.push_back(std::move(fn)); }
-  void abandon() {
-    for (auto& fn : std::exchange(abandon_, {})) fn();
+  // what a step exposed to peers is withdrawn here. `why` is the op's error.
+  void onAbandon(std::function<void(const std::string& why)> fn) { abandon_.push_back(std::move(fn)); }
+  void abandon(const std::string& why) {
+    for (auto& fn : std::exchange(abandon_, {})) fn(why);
   }
 
   // Scratch memory owned by the schedule (receive slots, staging copies).
@@ -296,7 +296,7 @@ class Schedule {
     Device* device = nullptr;
   };
   std::vector<PollStep> polls_;
-  std::vector<std::function<void()>> abandon_;
+  std::vector<std::function<void(const std::string&)>> abandon_;
 };
 
 }  // namespace ringx
