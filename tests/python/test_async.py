@@ -104,17 +104,25 @@ def test_get_backend(worlds, backend, ws):
 def test_async_op_progresses_without_wait_after_a_synchronous_call(worlds, ws):
     # The progress thread stands aside while a caller drives a synchronous
     # call; an async op issued next must reach it at once, not when its park
-    # times out (up to 100 ms: the median was then tens of ms).
+    # times out (up to 100 ms: the median was then tens of ms). Two cores
+    # busy with other work (a build beside the suite) also put the median
+    # above 10 ms, now and then: a second try tells that from the park,
+    # which delays every try.
     rounds, count = 20, 1 << 18
-    results = worlds.run(ws, cases_async.async_progress_after_sync, rounds=rounds, count=count)
-    failures = []
-    for r, res in enumerate(results):
-        took = sorted(res["took_ms"])
-        if took[len(took) // 2] > 10.0:
-            failures.append(f"rank {r}: an unwaited async all_reduce took {took[len(took) // 2]:.1f} ms "
-                            f"(median of {rounds}) to complete; all: {[round(t, 1) for t in res['took_ms']]}")
-        want = torch.full((count,), float(ws * (ws + 1) // 2))
-        msg = refs.compare(res["big"], want, None, f"rank {r}: async all_reduce result", "float32")
-        if msg:
-            failures.append(msg)
-    assert not failures, refs.report(failures)
+    for attempt in range(2):
+        results = worlds.run(ws, cases_async.async_progress_after_sync, rounds=rounds, count=count)
+        slow, wrong = [], []
+        for r, res in enumerate(results):
+            took = sorted(res["took_ms"])
+            if took[len(took) // 2] > 10.0:
+                slow.append(f"try {attempt + 1}, rank {r}: an unwaited async all_reduce took "
+                            f"{took[len(took) // 2]:.1f} ms (median of {rounds}) to complete; all: "
+                            f"{[round(t, 1) for t in res['took_ms']]}")
+            want = torch.full((count,), float(ws * (ws + 1) // 2))
+            msg = refs.compare(res["big"], want, None, f"rank {r}: async all_reduce result", "float32")
+            if msg:
+                wrong.append(msg)
+        assert not wrong, refs.report(wrong)
+        if not slow:
+            return
+    assert not slow, refs.report(slow)

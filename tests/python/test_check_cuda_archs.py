@@ -12,7 +12,8 @@ import check_cuda_archs as cca  # noqa: E402
 REDUCE = ["_Z9mapKernelI10ReduceStepILi0EEE", "_Z9mapKernelI10ReduceStepILi1EEE"]
 SCALE = ["_Z9mapKernelI9ScaleStepILi0EEE"]
 REDUCEN = ["_Z13reduceNKernelILi0EEv"]
-EVERY = set(REDUCE + SCALE + REDUCEN)
+FLAGS = ["_ZN5ringx15waitFlagsKernelEPKjS1_jPj", "_ZN5ringx17signalFlagsKernelEPjjj"]
+EVERY = set(REDUCE + SCALE + REDUCEN + FLAGS)
 
 
 def complete():

@@ -1,0 +1,216 @@
+// A Communicator's progress loop: one pass over everything pending, and how
+// long to sleep, on what, when a pass moved nothing.
+#include <pthread.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/common/log.h"
+#include "core/engine/communicator_active.h"
+
+namespace ringx {
+
+bool Communicator::hasPending() const {
+  if (!active_.empty()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !submitted_.empty();
+}
+
+// Everything pending waits on peers' shared-memory counters, nothing on the
+// transport or a device: the doorbell is then the one thing worth sleeping on.
+bool Communicator::onlyPolling() const {
+  bool polling = false;
+  for (auto& a : active_) {
+    if (a->ended) continue;
+    if (!a->inflight.empty() || !a->onDevice.empty()) return false;
+    for (StepId id : a->polling) {
+      if (a->op->schedule.pollOnDevice(a->op->schedule.steps()[id])) return false;
+    }
+    polling |= !a->polling.empty();
+  }
+  return polling;
+}
+
+std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::time_point> until) const {
+  const auto now = Clock::now();
+  auto next = now + std::chrono::milliseconds(100);
+  if (until) next = std::min(next, *until);
+  for (auto& a : active_) {
+    if (!a->ended) next = std::min(next, a->deadline);
+    if (a->untold) next = std::min(next, a->tellBy);
+  }
+  return std::max(std::chrono::microseconds(0),
+                  std::chrono::duration_cast<std::chrono::microseconds>(next - now) + std::chrono::microseconds(1));
+}
+
+// Called with progressMu_ held after a pass that did nothing.
+Communicator::Nap Communicator::planNap(Clock::time_point idleSince, uint32_t bellSeen,
+                                        std::optional<Clock::time_point> until) {
+  Nap nap;
+  const bool polling = std::any_of(active_.begin(), active_.end(),
+                                   [](auto& a) { return !a->ended && (!a->polling.empty() || !a->onDevice.empty()); });
+  if (Clock::now() - idleSince < options_.spin) {
+    nap.kind = Nap::Kind::Yield;
+  } else if (polling) {
+    nap.kind = options_.bell && onlyPolling() ? Nap::Kind::Bell : Nap::Kind::Yield;
+  } else if (transport_->arm()) {
+    nap.kind = Nap::Kind::Events;
+  }
+  nap.max = untilNextDeadline(until);
+  nap.bellSeen = bellSeen;
+  std::lock_guard<std::mutex> lock(mu_);
+  nap.workGen = workGen_;
+  return nap;
+}
+
+void Communicator::takeNap(const Nap& nap) {
+  if (nap.kind == Nap::Kind::None) return;
+  if (nap.kind == Nap::Kind::Yield) {
+    std::this_thread::yield();
+    return;
+  }
+  const bool bell = nap.kind == Nap::Kind::Bell;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen) return;
+    ++(bell ? bellSleepers_ : eventSleepers_);
+  }
+  if (bell) {
+    options_.bell->sleep(nap.bellSeen, nap.max);
+  } else {
+    epoll_event events[3];
+    ::epoll_wait(epollFd_, events, 3, int((nap.max.count() + 999) / 1000));
+    uint64_t v;
+    while (::read(wakeFd_, &v, sizeof(v)) > 0) {
+    }
+    while (::read(timerFd_, &v, sizeof(v)) > 0) {
+    }
+    timerArmed_ = false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  --(bell ? bellSleepers_ : eventSleepers_);
+}
+
+void Communicator::park() {
+  std::unique_lock<std::mutex> lock(mu_);
+  parked_ = true;
+  parkCv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return drivers_.load() == 0 || stopping_; });
+  parked_ = false;
+}
+
+void Communicator::pinThisThread() const {
+  if (options_.cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(options_.cpu, &set);
+  if (int err = ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set)) {
+    RINGX_LOG(Warn, "ringx: could not pin a thread to CPU " << options_.cpu << ": " << std::strerror(err));
+  }
+}
+
+// The transport's completions, then every op's polls and ready steps.
+bool Communicator::advance() {
+  bool did = false;
+  try {
+    did = transport_->progress();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the transport's progress failed: ") + e.what());
+  }
+  settle();
+  for (auto& a : active_) {
+    did |= runPolls(*a);
+    did |= runReady(*a);
+  }
+  return did;
+}
+
+// One pass over everything pending, with progressMu_ held. Each phase that
+// can fail an op is followed by settle(), and ops are reaped only after it,
+// so a failed op's transfers are cancelled before anything forgets them.
+// Returns whether anything moved.
+bool Communicator::pass() {
+  if (closed_) return false;
+  bool did = false;
+  try {
+    did = startSubmitted();
+    did |= advance();
+    checkDeadlines();
+    if (!active_.empty() && Clock::now() >= nextPeerCheck_) {
+      try {
+        transport_->checkPeers();
+      } catch (const std::exception& e) {
+        failCommunicator(std::string("checking peers failed: ") + e.what());
+      }
+      if (aPeerDiedUnseen()) did |= advance();
+      failOnDeadPeer();
+      nextPeerCheck_ = Clock::now() + std::chrono::milliseconds(100);
+    }
+    settle();
+    did |= reapFinished();
+  } catch (const std::exception& e) {
+    failCommunicator(std::string("the progress loop failed: ") + e.what());
+    settle();
+    did = true;
+  }
+  return did;
+}
+
+void Communicator::progressLoop() {
+  pinThisThread();
+  auto idleSince = Clock::now();
+  for (;;) {
+    if (drivers_.load() > 0) {
+      park();
+      continue;
+    }
+    std::unique_lock<std::mutex> pl(progressMu_);
+    if (stopping_) {
+      bool pending = std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!drain_ || !(pending || !submitted_.empty())) break;
+    }
+    const uint32_t seen = options_.bell ? options_.bell->seen() : 0;
+    if (pass()) {
+      idleSince = Clock::now();
+      continue;
+    }
+    if (drivers_.load() > 0) continue;
+    Nap nap = planNap(idleSince, seen, std::nullopt);
+    pl.unlock();
+    takeNap(nap);
+    if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
+  }
+  std::lock_guard<std::mutex> pl(progressMu_);
+  startSubmitted();
+  for (auto& a : active_) {
+    fail(*a, ErrorKind::Aborted,
+         "aborted: the process group was " + (abortReason_.empty() ? std::string("aborted") : abortReason_) +
+             " while this operation was pending");
+  }
+  // Destroying the transport cancels and closes everything it still holds,
+  // after which no buffer of any op is referenced and the ops can go. A
+  // transport handed over (release) only forgets them: a cancelled receive
+  // that a peer's rendezvous already matched may still write into its
+  // buffer, which is why a group is shrunk only once its ops have ended or
+  // the caller asked to abort them.
+  bool keep = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep = keepTransport_;
+  }
+  if (keep) {
+    transport_->forgetPending();
+  } else {
+    transport_.reset();
+  }
+  for (auto& a : active_) tellFailure(*a, true);
+  active_.clear();
+  closed_ = true;
+}
+
+}  // namespace ringx
