@@ -376,10 +376,9 @@ TEST_CASE("ipc: more ops in flight than identity slots, one submitted before the
       results[k] = submitOp(*w.sim.comms[size_t(r)], "all_reduce", uint64_t(k), issued[size_t(k - 1)]->schedule());
     }
     for (int k = 1; k <= ops; ++k) {
-      CAPTURE(k);
       RANK_REQUIRE_NO_ERROR(results[k].get());
       const auto got = readAfter(me, *issued[size_t(k - 1)]->done(), bufs[size_t(k - 1)].get(), n * 8);
-      RANK_REQUIRE(ipcInt64s(got) == ipcPatternSum(size, k, n));
+      RANK_REQUIRE_SAYING("op " + std::to_string(k), ipcInt64s(got) == ipcPatternSum(size, k, n));
     }
   });
 }
