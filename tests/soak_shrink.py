@@ -63,14 +63,14 @@ def ranks_context():
     return ctx
 
 
-def trial(rng, limit):
+def trial(rng, limit, ctx):
     nproc = rng.choice([3, 4, 5])
     victims = rng.sample(range(nproc), rng.choice([1, 2]))
     kills = {v: rng.randrange(1, STEPS - 1) for v in victims}
     hidden = rng.choice([8, 64, 1024, 4096])
     what = f"{nproc} ranks, width {hidden}, kills " + ", ".join(f"rank {v} in step {s}" for v, s in kills.items())
     start = time.monotonic()
-    out = elastic_ddp.launch(nproc, STEPS, kills, hidden, ctx=ranks_context(), limit=limit)
+    out = elastic_ddp.launch(nproc, STEPS, kills, hidden, ctx=ctx, limit=limit)
     took = time.monotonic() - start
     if out.hung:
         return "hang", what, f"ranks {out.hung} still running after {limit} s"
@@ -91,9 +91,10 @@ def main():
     p.add_argument("--limit", type=float, default=120, help="seconds a trial may take before it counts as a hang")
     a = p.parse_args()
     rng = random.Random(a.seed)
+    ctx = ranks_context()
     counts = {"ok": 0, "crash": 0, "hang": 0, "wrong": 0}
     for i in range(a.trials):
-        verdict, what, detail = trial(rng, a.limit)
+        verdict, what, detail = trial(rng, a.limit, ctx)
         counts[verdict] += 1
         print(f"trial {i + 1}/{a.trials} {verdict}: {what}: {detail}", flush=True)
     print(f"{a.trials} trials: {counts['crash']} crashes, {counts['hang']} hangs, {counts['wrong']} wrong "

@@ -47,11 +47,7 @@ void allReduces(SimWorld& w, int r, bool resident, DeviceStream* compute, int op
     HostStaging staging(me.order, *me.caller, resident ? std::vector<DeviceRegion>{} : regionsOf(a));
     if (!resident) pointAtHost(a, staging);
     done.push_back(staging.done());
-    auto promise = std::make_shared<std::promise<std::optional<Error>>>();
-    results.push_back(promise->get_future());
-    auto op = std::make_unique<Op>("all_reduce", seq, staging.wrap(buildAllReduceRing(a)));
-    op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
-    w.comms[r]->submit(std::move(op));
+    results.push_back(submitOp(*w.comms[r], "all_reduce", seq, staging.wrap(buildAllReduceRing(a))));
   }
   const auto want = sumOfPatterns(size, n);
   for (int k = 0; k < ops; ++k) {
@@ -273,11 +269,7 @@ TEST_CASE("device hazards: a collective on other memory runs while an earlier on
             },
             nullptr, {s.join(last)});
       }
-      auto promise = std::make_shared<std::promise<std::optional<Error>>>();
-      ended.push_back(promise->get_future());
-      auto op = std::make_unique<Op>("all_reduce", seq, staging.wrap(std::move(s)));
-      op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
-      w.comms[size_t(r)]->submit(std::move(op));
+      ended.push_back(submitOp(*w.comms[size_t(r)], "all_reduce", seq, staging.wrap(std::move(s))));
     }
     const auto until = std::chrono::steady_clock::now() + 5s;
     while (!secondRan[r] && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
@@ -355,11 +347,7 @@ TEST_CASE("device hazards: a timed wait on a device op blocks the host until the
     HostStaging staging(me.order, *me.caller, regionsOf(a));
     pointAtHost(a, staging);
     std::shared_ptr<DeviceEvent> done = staging.done();
-    auto promise = std::make_shared<std::promise<std::optional<Error>>>();
-    auto ended = promise->get_future();
-    auto op = std::make_unique<Op>("all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
-    op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
-    w.comms[size_t(r)]->submit(std::move(op));
+    auto ended = submitOp(*w.comms[size_t(r)], "all_reduce", 1, staging.wrap(buildAllReduceRing(a)));
     if (r == 0) {
       const auto before = std::chrono::steady_clock::now();
       const bool ended = done->waitUntil(before + 150ms);

@@ -32,12 +32,7 @@ std::pair<std::shared_ptr<DeviceEvent>, std::future<std::optional<Error>>> stage
   CollArgs a = int64AllReduce(rank, size, seq, buf, n);
   HostStaging staging(order, *me.caller, regionsOf(a));
   pointAtHost(a, staging);
-  auto promise = std::make_shared<std::promise<std::optional<Error>>>();
-  auto ended = promise->get_future();
-  auto op = std::make_unique<Op>("all_reduce", seq, staging.wrap(buildAllReduceRing(a)));
-  op->onDone = [promise](const Error* e) { promise->set_value(e ? std::optional<Error>(*e) : std::nullopt); };
-  comm.submit(std::move(op));
-  return {staging.done(), std::move(ended)};
+  return {staging.done(), submitOp(comm, "all_reduce", seq, staging.wrap(buildAllReduceRing(a)))};
 }
 
 }  // namespace
