@@ -30,7 +30,7 @@ TORCH1 := 2.13.0
 # ringx.torchft's tests.
 REQS := torch==$(TORCH1) libucx-cu13 scikit-build-core pybind11 ninja pytest numpy matplotlib \
 	torchft==0.2.0 parameterized
-DEB_PKGS := catch2 iproute2
+DEB_PKGS := catch2 iproute2 ccache
 CMAKE_MIN := 3.24
 JOBS := 2
 
@@ -67,7 +67,16 @@ BUILD_STAMP := build/.stamp-install
 # builds the core's Catch2 tests: cpp-test runs them from there, so the core is
 # compiled once for both (the sanitizer builds show it builds without torch).
 EXT_BUILD_DIR := build/ext
-EXT_BUILD_ARGS := -C build-dir=$(EXT_BUILD_DIR) -C cmake.define.RINGX_BUILD_TESTS=ON
+# make test compiles ringx in several trees (the two torch releases, the two
+# UCXs), most of whose translation units are the same code with the same
+# flags. ccache serves them from the first tree's results: in preprocessor
+# mode, include paths that differ (the UCX headers' folder) do not split the
+# cache, and paths under the repo are hashed relative to it. The cache lives
+# in build/, so a fresh clone starts with none and make clean drops it.
+CCACHE_ARGS := -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export CCACHE_DIR := $(CURDIR)/build/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+EXT_BUILD_ARGS := -C build-dir=$(EXT_BUILD_DIR) -C cmake.define.RINGX_BUILD_TESTS=ON $(CCACHE_ARGS)
 
 # What the extension is built from. The list itself is kept in build/.srclist
 # and rewritten when it changes, so deleting or adding a file rebuilds too.
@@ -252,8 +261,8 @@ $(TORCH2_VENV_STAMP): | sysdeps
 $(WHEEL2_STAMP): $(TORCH2_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) | sysdeps
 	rm -rf $(@D) && mkdir -p $(@D)
 	PATH="$(CURDIR)/$(TORCH2_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(TORCH2_VPY) -m pip wheel \
-	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2)/{wheel_tag} \
-	  -C cmake.define.RINGX_CUDA=on . -w $(@D)
+	  --no-build-isolation --no-deps -C build-dir=build/torch$(TORCH2) \
+	  -C cmake.define.RINGX_CUDA=on $(CCACHE_ARGS) . -w $(@D)
 	$(TORCH2_VPY) -m pip install -q --no-deps --force-reinstall $(@D)/ringx-*.whl
 	@touch $@
 
@@ -332,11 +341,17 @@ sysucx-debs:
 	fi
 
 # (internal) The extension and the transport's Catch2 tests built against
-# Debian's UCX, installed into the system-UCX venv.
-$(SYSUCX_STAMP): $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(CPP_TEST_FILES) | sysdeps sysucx-debs
-	PATH="$(CURDIR)/$(SYSUCX_VENV)/bin:$$PATH" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(SYSUCX_VPY) -m pip install -q \
-	  --no-build-isolation --no-deps -C cmake.define.RINGX_UCX=system -C build-dir=$(SYSUCX_BUILD_DIR) \
-	  -C cmake.define.RINGX_BUILD_TESTS=ON -C cmake.define.RINGX_TEST_FILES=test_ucx_transport .
+# Debian's UCX, as a wheel installed into the system-UCX venv. The wheel is
+# built with .venv's torch, the same release as that venv's, so that the
+# torch layer compiles from the same headers as make build's and ccache
+# serves it, as it does the core.
+SYSUCX_WHEEL_DIR := $(SYSUCX_BUILD_DIR)/dist
+$(SYSUCX_STAMP): $(VENV_STAMP) $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(CPP_TEST_FILES) | sysdeps sysucx-debs
+	rm -rf $(SYSUCX_WHEEL_DIR)
+	$(WITH_VENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) wheel -q --no-build-isolation --no-deps \
+	  -C cmake.define.RINGX_UCX=system -C build-dir=$(SYSUCX_BUILD_DIR) $(CCACHE_ARGS) \
+	  -C cmake.define.RINGX_BUILD_TESTS=ON -C cmake.define.RINGX_TEST_FILES=test_ucx_transport . -w $(SYSUCX_WHEEL_DIR)
+	$(SYSUCX_VPY) -m pip install -q --no-deps --force-reinstall $(SYSUCX_WHEEL_DIR)/ringx-*.whl
 	@touch $@
 
 test-system-ucx: sysdeps venv $(SYSUCX_STAMP)
