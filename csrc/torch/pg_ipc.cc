@@ -78,7 +78,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitOnIpc(Call& call, const C
     CollArgs a = args;
     a.seq = seq;
     try {
-      op = std::make_unique<IpcCollective>(*cuda.comm->order, caller, peers, a);
+      op = std::make_unique<IpcCollective>(*cuda.comm->order, caller, peers, a, ipcAlgo_);
     } catch (const Error& e) {
       rethrowForTorch(e);
     }

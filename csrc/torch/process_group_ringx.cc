@@ -99,6 +99,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     }
     cudaPath_ = path == "RESIDENT" ? CudaPath::Resident : path == "IPC" ? CudaPath::Ipc : CudaPath::Staged;
     cudaIpcBytes_ = settingPositive("RINGX_CUDA_IPC_BYTES");
+    ipcAlgo_ = parseIpcAlgo(settingText("RINGX_IPC_ALGO"));
     store_ = store;
     storePrefix_ = prefix;
     cudaStageBytes_ = settingPositive("RINGX_CUDA_STAGE_BYTES");

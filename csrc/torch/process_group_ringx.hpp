@@ -52,6 +52,7 @@
 #include "core/transport/shm/cma.h"
 #include "core/transport/shm/shm_area.h"
 #include "core/device_paths/host_staging.h"
+#include "core/device_paths/ipc_cost.h"
 #include "core/device_paths/ipc_peers.h"
 #include "torch/tensor_args.h"
 #include "torch/work.hpp"
@@ -264,6 +265,7 @@ class ProcessGroupRingx : public c10d::Backend {
   // span hosts, or are too many); empty otherwise.
   std::string ipcGroupRefusal_;
   size_t cudaIpcBytes_ = 0;
+  std::optional<IpcAlgo> ipcAlgo_;  // RINGX_IPC_ALGO; unset: the cost model
   // The ipc set-up exchanges handles through the store at the group's first
   // collective on CUDA tensors, when the device is known (a group need not
   // name its device when built), as ProcessGroupNCCL keeps its store to

@@ -41,8 +41,8 @@ def _cuda_text():
     return f"on (architectures {', '.join(_build_info.cuda_archs)})"
 
 
-def _cuda_paths():
-    values = next(s["values"] for s in _C._settings() if s["name"] == "RINGX_CUDA_PATH")
+def _setting_values(name):
+    values = next(s["values"] for s in _C._settings() if s["name"] == name)
     return values.replace("`", "") + ("" if _build_info.cuda else " (in a CUDA build)")
 
 
@@ -54,7 +54,8 @@ def report():
         f"ringx {ringx.__version__} ({os.path.dirname(ringx.__file__)})",
         f"  built for torch {_build_info.torch_version}, with {_build_info.compiler}, "
         f"{_build_info.build_type}, CUDA {_cuda_text()}",
-        f"  CUDA data paths (RINGX_CUDA_PATH): {_cuda_paths()}",
+        f"  CUDA data paths (RINGX_CUDA_PATH): {_setting_values('RINGX_CUDA_PATH')}",
+        f"  ipc all_reduce algorithms (RINGX_IPC_ALGO): {_setting_values('RINGX_IPC_ALGO')}",
         f"  CPU kernels for {', '.join(simd['targets'])}; this CPU runs {simd['in_use']}",
         f"torch {torch.__version__} ({os.path.dirname(torch.__file__)})",
         f"python {platform.python_version()} on {platform.platform()}, "

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/device_paths/ipc_collective.h"
+#include "core/patterns/ring.h"
 #include "sim_support.h"
 
 using namespace ringx;
@@ -74,11 +75,47 @@ std::pair<size_t, size_t> ipcSizes(Collective c, size_t count, DType dtype, int 
   }
 }
 
+// The chunked ring's all_reduce through buffers of `bufferBytes`: each
+// chunk of each round folded two at a time from the rank that starts it on
+// around the ring, as the ring's steps combine them (ipc_plan.h).
+std::vector<std::byte> ipcRingReference(const CollArgs& a, const std::vector<std::vector<std::byte>>& inputs,
+                                        size_t bufferBytes) {
+  const int n = a.size;
+  const size_t es = dtypeSize(a.dtype);
+  const IpcRingPlan plan = ipcRingPlan(a.count, es, n, bufferBytes);
+  const ReduceNFn fold = reduceNFn(a.dtype, a.op);
+  std::vector<std::byte> out(a.count * es);
+  for (size_t k = 0; k < plan.rounds; ++k) {
+    const auto [o, len] = ipcRound(a.count, plan.roundElems(), k);
+    for (int c = 0; c < n; ++c) {
+      const size_t at = (o + ring::chunkStart(len, n, c)) * es, elems = ring::chunkLen(len, n, c);
+      if (elems == 0) continue;
+      std::vector<std::byte> acc, part(elems * es);
+      for (int j = 0; j < n; ++j) {
+        const auto& in = inputs[size_t((c + j) % n)];
+        std::memcpy(part.data(), in.data() + at, part.size());
+        if (a.op == ReduceOp::PremulSum) scale(part.data(), elems, a.dtype, a.premulFactor);
+        if (j == 0) {
+          acc = part;
+        } else {
+          const void* srcs[2] = {acc.data(), part.data()};
+          fold(acc.data(), srcs, 2, elems);
+        }
+      }
+      std::memcpy(out.data() + at, acc.data(), acc.size());
+    }
+  }
+  if (a.op == ReduceOp::Avg && a.count) scale(out.data(), a.count, a.dtype, 1.0 / n);
+  return out;
+}
+
 // What rank r's output holds after the collective, from every rank's input
 // and its own output before: the reduce loops in rank order, as the
-// kernels combine them.
+// kernels combine them (the ring's order for an all_reduce on the ring).
 std::vector<std::byte> ipcReference(const CollArgs& a, const std::vector<std::vector<std::byte>>& inputs,
-                                 const std::vector<std::byte>& before) {
+                                    const std::vector<std::byte>& before, IpcAlgo algo = IpcAlgo::OneShot,
+                                    size_t bufferBytes = 0) {
+  if (a.coll == Collective::AllReduce && algo == IpcAlgo::Ring) return ipcRingReference(a, inputs, bufferBytes);
   const int n = a.size, r = a.rank;
   const size_t es = dtypeSize(a.dtype), block = a.count * es;
   auto reduceBlocks = [&](size_t offset) {
@@ -123,13 +160,14 @@ std::vector<std::byte> ipcReference(const CollArgs& a, const std::vector<std::ve
 struct IpcOutcome {
   std::optional<Error> error;
   std::vector<std::byte> output, input;
+  std::string algorithm;
 };
 
 // Issues `a` on rank r's device copies of `input` and `output`, runs its
 // schedule and reads both back once the caller's stream passed `done`.
 IpcOutcome runIpc(IpcWorld& w, const CollArgs& args, const std::vector<std::byte>& input,
-               const std::vector<std::byte>& output, std::optional<IpcShot> shot = std::nullopt,
-               std::chrono::milliseconds timeout = 0ms) {
+                  const std::vector<std::byte>& output, std::optional<IpcAlgo> algo = std::nullopt,
+                  std::chrono::milliseconds timeout = 0ms) {
   const int r = args.rank;
   SimRank& me = *w.sim.ranks[size_t(r)];
   CollArgs a = args;
@@ -137,8 +175,9 @@ IpcOutcome runIpc(IpcWorld& w, const CollArgs& args, const std::vector<std::byte
   auto dOut = deviceCopyOf(me, ipcInPlace(a.coll) ? input : output);
   a.buf = dOut.get();
   a.input = dIn.get();
-  IpcCollective op(me.order, *me.caller, *w.peers[size_t(r)], a, shot);
+  IpcCollective op(me.order, *me.caller, *w.peers[size_t(r)], a, algo);
   IpcOutcome out;
+  out.algorithm = op.algorithm();
   out.error = runOp(*w.sim.comms[size_t(r)], std::string(collectiveName(a.coll)), a.seq, op.schedule(), timeout);
   out.output = readAfter(me, *op.done(), dOut.get(), ipcInPlace(a.coll) ? input.size() : output.size());
   if (dIn) out.input = readAfter(me, *op.done(), dIn.get(), input.size());
@@ -163,11 +202,12 @@ std::vector<int64_t> ipcInt64s(const std::vector<std::byte>& bytes) {
 
 // Seq 1 on rank r of a world of 3: an int64 all_reduce for which rank 1
 // passes 99 elements and the others 100. Also returns r's input.
-std::pair<IpcOutcome, std::vector<std::byte>> ipcMismatchedCall(IpcWorld& w, int r) {
+std::pair<IpcOutcome, std::vector<std::byte>> ipcMismatchedCall(IpcWorld& w, int r,
+                                                                std::optional<IpcAlgo> algo = std::nullopt) {
   const size_t count = r == 1 ? 99 : 100;
   auto in = pattern(r, count * 8, DType::I64);
   const CollArgs a = ipcArgs(Collective::AllReduce, r, 3, 1, count, DType::I64, ReduceOp::Sum);
-  IpcOutcome got = runIpc(w, a, in, {});
+  IpcOutcome got = runIpc(w, a, in, {}, algo);
   return {std::move(got), std::move(in)};
 }
 
@@ -179,7 +219,7 @@ const Collective kIpcCollectives[] = {Collective::AllReduce,     Collective::Red
 
 using namespace ipc_test;
 
-TEST_CASE("ipc plan: rounds cover the op, portions cover a round, two-shot only from 3 ranks and large sizes") {
+TEST_CASE("ipc plan: rounds cover the op, portions cover a round") {
   CollArgs a{Collective::ReduceScatter, 0, 4, 1};
   a.dtype = DType::F32;
   REQUIRE(ipcRoundElems(a, 64) == 4);  // 4 pieces of 4 floats
@@ -194,12 +234,55 @@ TEST_CASE("ipc plan: rounds cover the op, portions cover a round, two-shot only 
     covered += ipcPortion(7, 3, q).second;
   }
   REQUIRE(covered == 7);
-  REQUIRE(ipcAllReduceShot(size_t(1) << 30, 2) == IpcShot::One);
-  REQUIRE(ipcAllReduceShot(8, 4) == IpcShot::One);
-  REQUIRE(ipcAllReduceShot(size_t(64) << 20, 4) == IpcShot::Two);
 }
 
-TEST_CASE("ipc: every collective equals its CPU reference for every dtype and op, in rounds through small buffers") {
+TEST_CASE("ipc ring plan: slots fit the buffer, rounds cover the op, each step's chunk walks the ring") {
+  const IpcRingPlan p = ipcRingPlan(100, 8, 3, 96);  // 12 elements: 4 slots of 3, rounds of 9
+  REQUIRE(p.slots == 4);
+  REQUIRE(p.slotElems == 3);
+  REQUIRE(p.roundElems() == 9);
+  REQUIRE(p.rounds == 12);
+  REQUIRE(p.writes() == 12 * 4);
+  REQUIRE(ipcRingPlan(100, 8, 3, 24).slots == 3);  // fewer slots rather than none
+  REQUIRE(ipcRingPlan(100, 8, 3, 8).slots == 0);   // not two slots of an element
+  REQUIRE(ipcRingPlan(100, 8, 1, 96).slots == 0);  // no ring of one rank
+  for (int n : {2, 3, 4}) {
+    for (int r = 0; r < n; ++r) {
+      // Reduce-scatter ends with chunk r+1 reduced on rank r; every chunk once
+      // in each phase.
+      REQUIRE(ipcRingChunk(r, n, size_t(n) - 1) == (r + 1) % n);
+      std::vector<int> seen(size_t(n), 0);
+      for (size_t s = size_t(n) - 1; s < 2 * size_t(n) - 1; ++s) ++seen[size_t(ipcRingChunk(r, n, s))];
+      REQUIRE(seen == std::vector<int>(size_t(n), 1));
+      // Step s reads what the left peer wrote at step s - 1: the same chunk.
+      for (size_t s = 1; s < 2 * size_t(n) - 1; ++s) {
+        REQUIRE(ipcRingChunk(r, n, s) == ipcRingChunk(ring::left(r, n), n, s - 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("ipc cost model: one-shot small, two-shot medium, the ring large from 3 ranks, a forced one where it runs") {
+  const size_t mib = size_t(1) << 20, buffer = 8 * mib;
+  for (size_t bytes : {size_t(8), mib, 64 * mib, 1024 * mib}) {
+    REQUIRE(ipcAllReduceAlgo(bytes, 4, 2, buffer) == IpcAlgo::OneShot);
+  }
+  REQUIRE(ipcAllReduceAlgo(8, 4, 4, buffer) == IpcAlgo::OneShot);
+  REQUIRE(ipcAllReduceAlgo(mib, 4, 4, buffer) == IpcAlgo::TwoShot);
+  REQUIRE(ipcAllReduceAlgo(64 * mib, 4, 4, buffer) == IpcAlgo::Ring);
+  REQUIRE(ipcAllReduceAlgo(64 * mib, 4, 8, buffer) == IpcAlgo::Ring);
+  for (IpcAlgo forced : kIpcAlgos) REQUIRE(ipcAllReduceAlgo(8, 4, 4, buffer, forced) == forced);
+  // The ring needs two ranks and two slots of an element.
+  REQUIRE(ipcAllReduceAlgo(8, 4, 1, buffer, IpcAlgo::Ring) == IpcAlgo::OneShot);
+  REQUIRE(ipcAllReduceAlgo(64 * mib, 8, 4, 8, IpcAlgo::Ring) != IpcAlgo::Ring);
+  REQUIRE(parseIpcAlgo("auto") == std::nullopt);
+  REQUIRE(parseIpcAlgo("Ring") == IpcAlgo::Ring);
+  REQUIRE(parseIpcAlgo("ONE_SHOT") == IpcAlgo::OneShot);
+  REQUIRE(parseIpcAlgo("two_shot") == IpcAlgo::TwoShot);
+  REQUIRE_THROWS_WITH(parseIpcAlgo("tree"), Catch::Contains("RINGX_IPC_ALGO='tree'"));
+}
+
+TEST_CASE("ipc: every collective and all_reduce algorithm equals its CPU reference for every dtype and op, in rounds") {
   const int size = GENERATE(2, 3, 4);
   CAPTURE(size);
   // 48 bytes a buffer: an op of 13 elements takes several rounds, a short
@@ -215,10 +298,13 @@ TEST_CASE("ipc: every collective equals its CPU reference for every dtype and op
         const DType dtype = DType(d);
         const ReduceOp op = ReduceOp(o);
         if (reduces && !reduceSupported(dtype, op)) continue;
-        for (IpcShot shot : {IpcShot::One, IpcShot::Two}) {
-          if (shot == IpcShot::Two && coll != Collective::AllReduce) continue;
-          CAPTURE(collectiveName(coll), dtypeName(dtype), int(op), int(shot));
-          const size_t count = 13;
+        for (IpcAlgo algo : kIpcAlgos) {
+          if (algo != IpcAlgo::OneShot && coll != Collective::AllReduce) continue;
+          CAPTURE(collectiveName(coll), dtypeName(dtype), int(op), ipcAlgoName(algo));
+          // The ring: two full rounds, then one that leaves chunks of unequal
+          // length, more than the buffer holds and not a multiple of the ranks.
+          const size_t ringRound = ipcRingPlan(0, dtypeSize(dtype), size, 48).roundElems();
+          const size_t count = algo == IpcAlgo::Ring ? 2 * ringRound + size_t(size) + 1 : 13;
           const auto [inBytes, outBytes] = ipcSizes(coll, count, dtype, size);
           std::vector<std::vector<std::byte>> inputs, outputs;
           for (int r = 0; r < size; ++r) {
@@ -227,10 +313,11 @@ TEST_CASE("ipc: every collective equals its CPU reference for every dtype and op
           }
           onEachRank(size, [&](int r) {
             const CollArgs a = ipcArgs(coll, r, size, seq, count, dtype, op);
-            const IpcOutcome got = runIpc(w, a, inputs[size_t(r)], outputs[size_t(r)], shot);
+            const IpcOutcome got = runIpc(w, a, inputs[size_t(r)], outputs[size_t(r)], algo);
             RANK_REQUIRE_NO_ERROR(got.error);
+            if (coll == Collective::AllReduce) RANK_REQUIRE(got.algorithm == "ipc_" + std::string(ipcAlgoName(algo)));
             const auto& before = ipcInPlace(coll) ? inputs[size_t(r)] : outputs[size_t(r)];
-            RANK_REQUIRE(got.output == ipcReference(a, inputs, before));
+            RANK_REQUIRE(got.output == ipcReference(a, inputs, before, algo, 48));
             if (!ipcInPlace(coll)) RANK_REQUIRE(got.input == inputs[size_t(r)]);
           });
           ++seq;
@@ -239,7 +326,8 @@ TEST_CASE("ipc: every collective equals its CPU reference for every dtype and op
       }
     }
   }
-  // 8 collectives; the reductions over every supported dtype x op, all_reduce twice.
+  // 8 collectives; the reductions over every supported dtype x op, all_reduce
+  // three times.
   REQUIRE(checked > 5 * kNumDTypes);
 }
 
@@ -247,8 +335,11 @@ TEST_CASE("ipc: ops issued back to back reuse the buffers only after every peer 
   const int size = GENERATE(2, 3, 4);
   CAPTURE(size);
   IpcWorld w(size, 256);
-  const size_t n = 1000;  // 32 rounds of 32 int64 each
-  const int ops = 4;
+  const size_t n = 1000;  // 32 rounds of 32 int64 each (the ring: 8 slots' worth a round)
+  // Each algorithm after each other one, the ring after itself.
+  const IpcAlgo algos[] = {IpcAlgo::Ring, IpcAlgo::Ring, IpcAlgo::OneShot, IpcAlgo::Ring, IpcAlgo::TwoShot,
+                           IpcAlgo::OneShot, IpcAlgo::TwoShot, IpcAlgo::Ring};
+  const int ops = int(std::size(algos));
   onEachRank(size, [&](int r) {
     SimRank& me = *w.sim.ranks[size_t(r)];
     std::vector<std::vector<std::byte>> hostIn;  // the caller's stream copies them late
@@ -260,8 +351,8 @@ TEST_CASE("ipc: ops issued back to back reuse the buffers only after every peer 
       bufs.push_back(deviceCopyOf(me, hostIn[size_t(k)]));
       CollArgs a = ipcArgs(Collective::AllReduce, r, size, uint64_t(k + 1), n, DType::I64, ReduceOp::Sum);
       a.buf = bufs.back().get();
-      issued.push_back(std::make_unique<IpcCollective>(me.order, *me.caller, *w.peers[size_t(r)], a,
-                                                       k % 2 ? IpcShot::Two : IpcShot::One));
+      issued.push_back(
+          std::make_unique<IpcCollective>(me.order, *me.caller, *w.peers[size_t(r)], a, algos[k]));
       results.push_back(std::async(std::launch::async, [&, s = issued.back()->schedule(), k]() mutable {
         return runOp(*w.sim.comms[size_t(r)], "all_reduce", uint64_t(k + 1), std::move(s));
       }));
@@ -275,6 +366,8 @@ TEST_CASE("ipc: ops issued back to back reuse the buffers only after every peer 
 }
 
 TEST_CASE("ipc: a peer that never calls makes the others time out, their tensors untouched") {
+  const IpcAlgo algo = GENERATE(IpcAlgo::OneShot, IpcAlgo::TwoShot, IpcAlgo::Ring);
+  CAPTURE(ipcAlgoName(algo));
   const int size = 3;
   IpcWorld w(size, 128, 400ms);
   const size_t count = 100;
@@ -282,7 +375,8 @@ TEST_CASE("ipc: a peer that never calls makes the others time out, their tensors
     const auto in = pattern(r, count * 4, DType::F32);
     const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::F32, ReduceOp::Sum);
     const auto start = std::chrono::steady_clock::now();
-    const IpcOutcome got = runIpc(w, a, in, {});
+    const IpcOutcome got = runIpc(w, a, in, {}, algo);
+    RANK_REQUIRE(got.algorithm == "ipc_" + std::string(ipcAlgoName(algo)));
     RANK_REQUIRE(got.error);
     RANK_REQUIRE(got.error->kind() == ErrorKind::Timeout);
     RANK_REQUIRE_SAYING(got.error->what(), std::string(got.error->what()).find("rank(s) 2") != std::string::npos);
@@ -330,10 +424,12 @@ TEST_CASE("ipc: a peer that dies mid-collective fails the others at once, their 
 }
 
 TEST_CASE("ipc: ranks that call different collectives fail naming the rank, their tensors untouched") {
+  const IpcAlgo algo = GENERATE(IpcAlgo::OneShot, IpcAlgo::TwoShot, IpcAlgo::Ring);
+  CAPTURE(ipcAlgoName(algo));
   const int size = 3;
   IpcWorld w(size, 128, 5s);
   onEachRank(size, [&](int r) {
-    const auto [got, in] = ipcMismatchedCall(w, r);
+    const auto [got, in] = ipcMismatchedCall(w, r, algo);
     RANK_REQUIRE(got.error);
     RANK_REQUIRE(got.output == in);
     if (r != 1) {
@@ -411,5 +507,122 @@ TEST_CASE("ipc: after a failed op every later op of the group is refused at once
       OnDevice on(&me.device);
       me.caller->synchronize();  // the copy into buf, before buf goes
     }
+  });
+}
+
+TEST_CASE("ipc: every forced all_reduce algorithm gives the same sums, and unforced the cost model's choice runs") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  const size_t buffer = 512;
+  IpcWorld w(size, buffer);
+  uint64_t seq = 1;
+  for (size_t n : {size_t(1), size_t(7), size_t(300)}) {
+    for (std::optional<IpcAlgo> algo : {std::optional<IpcAlgo>(), std::optional(IpcAlgo::OneShot),
+                                        std::optional(IpcAlgo::TwoShot), std::optional(IpcAlgo::Ring)}) {
+      onEachRank(size, [&](int r) {
+        const auto in = pattern(r + int(seq), n * 8, DType::I64);
+        const CollArgs a = ipcArgs(Collective::AllReduce, r, size, seq, n, DType::I64, ReduceOp::Sum);
+        const IpcOutcome got = runIpc(w, a, in, {}, algo);
+        RANK_REQUIRE_NO_ERROR(got.error);
+        const IpcAlgo ran = algo.value_or(ipcAllReduceAlgo(n * 8, 8, size, buffer));
+        RANK_REQUIRE_SAYING(got.algorithm, got.algorithm == "ipc_" + std::string(ipcAlgoName(ran)));
+        RANK_REQUIRE_SAYING(got.algorithm, ipcInt64s(got.output) == ipcPatternSum(size, int(seq), n));
+      });
+      ++seq;
+    }
+  }
+}
+
+TEST_CASE("ipc ring: with fewer slots than ranks, a slot is refilled only once the right peer has read it") {
+  // With as many slots as ranks or more, the ring's own order keeps a rank
+  // within n-1 writes of its right peer; 5 ranks through 2 slots need the
+  // Left wait.
+  const int size = 5;
+  IpcWorld w(size, 16);  // two int64: 2 slots of one
+  const size_t n = 120;
+  REQUIRE(ipcRingPlan(n, 8, size, 16).slots == 2);
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    onEachRank(size, [&](int r) {
+      const auto in = pattern(r + int(seq), n * 8, DType::I64);
+      const CollArgs a = ipcArgs(Collective::AllReduce, r, size, seq, n, DType::I64, ReduceOp::Sum);
+      const IpcOutcome got = runIpc(w, a, in, {}, IpcAlgo::Ring);
+      RANK_REQUIRE_NO_ERROR(got.error);
+      RANK_REQUIRE(ipcInt64s(got.output) == ipcPatternSum(size, int(seq), n));
+    });
+  }
+}
+
+TEST_CASE("ipc ring: a peer killed mid-ring fails the others at once, every tensor untouched") {
+  const int size = GENERATE(3, 4);
+  CAPTURE(size);
+  IpcWorld w(size, 128, 20s);
+  const size_t count = 2000;  // 63 rounds of the ring at 4 ranks
+  const int victim = size - 1, gated = ring::left(victim, size), told = ring::right(victim, size);
+  // The victim's left peer cannot start (its caller's stream waits on a
+  // gate), so the victim copies its first chunk in, tells its right peer,
+  // and waits mid-ring for a chunk that comes only once it is dead.
+  SimRank& g = *w.sim.ranks[size_t(gated)];
+  auto gate = g.device.allocPinned(sizeof(uint32_t));
+  auto* word = reinterpret_cast<uint32_t*>(gate.get());
+  std::atomic_ref<uint32_t>(*word).store(0);
+  g.caller->waitFlag(word, 1);
+  const uint32_t* victimWrote = w.peers[size_t(told)]->mailbox(told, IpcPeers::Arrive, victim);
+  // The gate opens only once the other survivors have their answer, so
+  // their devices must end on the failure, not on a ring that completes.
+  std::atomic<int> answered{0};
+  auto killer = std::async(std::launch::async, [&] {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::atomic_ref<const uint32_t>(*victimWrote).load() < 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+    const bool midRing = std::atomic_ref<const uint32_t>(*victimWrote).load() >= 1;
+    w.sim.world.kill(victim);
+    until = std::chrono::steady_clock::now() + 10s;
+    while (answered.load() < size - 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    std::atomic_ref<uint32_t>(*word).store(1, std::memory_order_release);
+    return midRing;
+  });
+  onEachRank(size, [&](int r) {
+    const auto in = pattern(r, count * 4, DType::F32);
+    const CollArgs a = ipcArgs(Collective::AllReduce, r, size, 1, count, DType::F32, ReduceOp::Sum);
+    const auto start = std::chrono::steady_clock::now();
+    const IpcOutcome got = runIpc(w, a, in, {}, IpcAlgo::Ring);
+    RANK_REQUIRE(got.error);
+    RANK_REQUIRE(got.output == in);
+    if (r == told) RANK_REQUIRE_SAYING(got.error->what(), got.error->kind() == ErrorKind::PeerClosed);
+    if (r != victim) {
+      // The others hear it from their own watch, or from the failed bits
+      // their ring neighbours pass on, whichever comes first.
+      const bool heard = got.error->kind() == ErrorKind::PeerClosed || got.error->kind() == ErrorKind::Aborted;
+      RANK_REQUIRE_SAYING(got.error->what(), heard);
+      RANK_REQUIRE(std::chrono::steady_clock::now() - start < 5s);
+    }
+    if (r != victim && r != gated) ++answered;
+  });
+  REQUIRE(killer.get());
+}
+
+TEST_CASE("ipc set-up: a rank that fails before publishing its handle fails its peers at once, naming it") {
+  const int size = GENERATE(2, 3, 4);
+  CAPTURE(size);
+  SimWorld sim(size, 30);
+  const int failing = 1;
+  sim.ranks[failing]->device.failAllocShared("out of device memory (injected)");
+  onEachRank(size, [&](int r) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      IpcPeers::create(sim.ranks[size_t(r)]->device, sim.store, "ipc", r, size, 256);
+      RANK_REQUIRE_SAYING("set up", false);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      RANK_REQUIRE_SAYING(what, what.find("out of device memory (injected)") != std::string::npos);
+      if (r != failing) {
+        RANK_REQUIRE_SAYING(what, e.kind() == ErrorKind::Aborted);
+        RANK_REQUIRE_SAYING(what, what.find("(rank " + std::to_string(r) + ")") != std::string::npos);
+        RANK_REQUIRE_SAYING(what, what.find("rank 1 failed to set up its ipc path") != std::string::npos);
+      }
+    }
+    // The store would have waited 30 s.
+    RANK_REQUIRE(std::chrono::steady_clock::now() - start < 5s);
   });
 }

@@ -8,6 +8,10 @@
 #   ipc       tests/gpu -k ipc: every collective on RINGX_CUDA_PATH=ipc against the CPU, and
 #             the INFO log saying ipc was taken (never run on a GPU before: first, and
 #             stopped at the second failure so that a hang leaves budget for the rest)
+#   sweep     all_reduce on ipc at world 3 (the ranks share the GPU), each algorithm forced
+#             in turn (RINGX_IPC_ALGO=one_shot, two_shot, ring) at 8 B .. 64 MiB, and nccl
+#             at world 1 at the same sizes: what the ipc cost model's constants
+#             (csrc/core/device_paths/ipc_cost.cc) are to be fitted to
 #   bench     benchmarks/collectives.py --device cuda at 8 B, 1 MiB and 64 MiB: ringx at
 #             world 2 (the ranks share the GPU) for each data path the build offers
 #             (staged, ipc), and ringx beside nccl at world 1 (nccl refuses two ranks on one GPU)
@@ -21,7 +25,8 @@
 # Without a GPU, or with --dry-run, it says what it would run and exits 0.
 #
 # What comes back ($OUT, at most 8 files): steps.log (each step, its exit and
-# time), logs.tar.gz (every log and the bench JSONs) and the bench JSONs.
+# time), logs.tar.gz (every log and the bench JSONs) and the bench JSONs (the
+# sweep's four in one, bench-ipc-sweep.json).
 # Afterwards: the JSONs go to docs/bench/gpu-<date>-*.json and what they show
 # to docs/cuda.md.
 #
@@ -130,6 +135,24 @@ print(' '.join(p for p in ('staged', 'ipc') if '\`' + p + '\`' in v))")
 else
   step "bench: the paths are read from the build (staged, and ipc where RINGX_CUDA_PATH offers it)"
 fi
+# World 3: from 3 ranks the three algorithms differ in traffic (at 2 the ring only adds
+# steps), and it is what tests/gpu puts on one GPU already.
+SWEEP=(benchmarks/collectives.py --device cuda --colls all_reduce --sizes 8,4K,64K,1M,8M,64M
+  --pattern back-to-back --budget 0.1 --no-bound --timeout 55 --pg-timeout 30)
+if [ $DRY = 1 ] || [[ " $PATHS " == *" ipc "* ]]; then
+  for a in one_shot two_shot ring; do
+    run_step "ipc all_reduce $a, world 3" "sweep-ipc-$a.log" 60 \
+      env RINGX_CUDA_PATH=ipc RINGX_IPC_ALGO=$a "$PY" "${SWEEP[@]}" --world 3 --backends ringx --fit \
+      --json "$WORK/sweep-ipc-$a-w3.json"
+  done
+  run_step "nccl all_reduce, world 1" sweep-nccl.log 45 \
+    "$PY" "${SWEEP[@]}" --world 1 --backends nccl --json "$WORK/sweep-nccl-w1.json"
+  # One file back for the four (at most 8 come back): each run's JSON under its name.
+  [ $DRY = 1 ] || "$PY" -c 'import json, os, sys
+print(json.dumps({os.path.basename(p)[:-5]: json.load(open(p)) for p in sys.argv[2:]}), file=open(sys.argv[1], "w"))' \
+    "$WORK/bench-ipc-sweep.json" "$WORK"/sweep-*.json
+fi
+
 BENCH=(benchmarks/collectives.py --device cuda --sizes 8,1M,64M --pattern back-to-back --budget 0.2
   --timeout 150 --pg-timeout 60)
 for p in $PATHS; do

@@ -280,8 +280,9 @@ def routed_to_ringx(seed):
 
 def ipc_taken(seed, log_path):
     """RINGX_CUDA_PATH=ipc with RINGX_DEBUG=INFO: the group sets the ipc path
-    up at its first collective, all_reduce takes it (two-shot too from 3
-    ranks, one-shot below), and the calls it does not cover say so and run
+    up at its first collective, all_reduce takes it (one-shot small; from 3
+    ranks two-shot at 1 MiB and the ring at 4 MiB, as the cost model's
+    constants have it in ipc_cost.cc), and the calls it does not cover say so and run
     staged; every result against the CPU. The INFO log (stderr) goes to
     `log_path` + the rank, read back here."""
     import os
@@ -293,7 +294,7 @@ def ipc_taken(seed, log_path):
     with open(path, "w") as f:
         os.dup2(f.fileno(), 2)
     try:
-        for count in [7, 1 << 20]:  # one-shot; 4 MiB: two-shot from 3 ranks
+        for count in [7, 1 << 18, 1 << 20]:
             inputs = [make_input(seed, r, torch.float32, count) for r in range(n)]
             x = inputs[rank].to(dev, copy=True)
             dist.all_reduce(x)
@@ -317,7 +318,7 @@ def ipc_taken(seed, log_path):
         log = f.read()
     wanted = ["the ipc path is set up", "algorithm ipc_one_shot", "host-staged (not ipc: all_to_all with split sizes)"]
     if n >= 3:
-        wanted.append("algorithm ipc_two_shot")
+        wanted += ["algorithm ipc_two_shot", "algorithm ipc_ring"]
     for w in wanted:
         if w not in log:
             problems.append(f"the INFO log lacks {w!r}:\n{log}")

@@ -11,8 +11,9 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(REPO, "tests", "gpu", "device_run.sh")
-STEPS = ["build", "smoke", "contexts", "tests/gpu, the ipc cases", "bench staged, world 2",
-         "bench staged beside nccl, world 1", "tests/gpu"]
+STEPS = ["build", "smoke", "contexts", "tests/gpu, the ipc cases", "ipc all_reduce one_shot, world 3",
+         "ipc all_reduce two_shot, world 3", "ipc all_reduce ring, world 3", "nccl all_reduce, world 1",
+         "bench staged, world 2", "bench staged beside nccl, world 1", "tests/gpu"]
 
 
 def dry_run(tmp_path, *args):

@@ -86,6 +86,8 @@ def test_python_m_ringx_reports_what_a_bug_report_needs():
     assert re.search(rf"built for torch {re.escape(built_for)}, with \S+ \d", out), out
     assert "CUDA off" in out or "CUDA on" in out, out
     assert re.search(r"^  CUDA data paths \(RINGX_CUDA_PATH\): staged, resident, ipc\b", out, re.M), out
+    assert re.search(r"^  ipc all_reduce algorithms \(RINGX_IPC_ALGO\): auto, one_shot, two_shot, ring\b", out,
+                     re.M), out
     assert re.search(r"CPU kernels for .*default; this CPU runs \S+", out), out
     assert f"torch {in_use} (" in out, out
     ucx = re.search(r"^UCX (\d+\.\d+\.\d+) \((\S+)\)$", out, re.M)

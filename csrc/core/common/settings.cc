@@ -63,6 +63,13 @@ const std::vector<Setting> kSettings = {
     {"RINGX_CUDA_IPC_BYTES", SettingType::PositiveInt, "bytes", "8388608", "`8388608`", nullptr, true,
      "`RINGX_CUDA_PATH=ipc`: the device buffer each rank allocates at the group's first collective on CUDA "
      "tensors and its peers map; a collective moves through it in rounds of at most this size."},
+    {"RINGX_IPC_ALGO", SettingType::Choice, "`auto`, `one_shot`, `two_shot`, `ring`", "auto", "`auto`", nullptr,
+     true,
+     "`RINGX_CUDA_PATH=ipc`: the all_reduce algorithm. `auto`: the ipc path's cost model picks one-shot "
+     "(small), two-shot (medium) or the chunked ring (large, from 3 ranks) by size, ranks and "
+     "`RINGX_CUDA_IPC_BYTES`; its constants are guesses until a GPU run measures them, and forcing each in "
+     "turn is how that run compares them. A forced algorithm that cannot run (the ring at one rank, or "
+     "through a buffer of fewer than two elements) gives way to `auto`'s choice; INFO logs the one run."},
     {"RINGX_CUDA_STAGE_BYTES", SettingType::PositiveInt, "bytes", "4194304", "`4194304`", nullptr, true,
      "Host-staged all_reduce, broadcast and reduce of CUDA tensors larger than this run as up to 8 pieces of "
      "about this size, each its own collective, so the copies between device and host of one piece overlap "

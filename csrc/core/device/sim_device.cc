@@ -361,6 +361,7 @@ std::shared_ptr<std::byte> segmentMemory(std::unique_ptr<ShmSegment> segment, co
 std::shared_ptr<std::byte> SimDevice::allocShared(size_t bytes, IpcHandle& handle) {
   shared_->note("cudaMalloc");
   shared_->note("cudaIpcGetMemHandle");
+  if (!allocSharedFailure_.empty()) throw Error(ErrorKind::Internal, name() + ": " + allocSharedFailure_);
   auto segment = ShmSegment::create(bytes, name() + " allocShared");
   if (segment->name().size() >= handle.bytes.size()) {
     throw Error(ErrorKind::Internal, "sim device: segment name " + segment->name() + " too long for a handle");

@@ -32,6 +32,7 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/device/device.h"
 
@@ -83,10 +84,16 @@ class SimDevice final : public Device {
   void beginCapture(DeviceStream& stream, bool global);
   void endCapture(DeviceStream& stream);
 
+  // Every later allocShared throws Error(Internal) saying `why`, as
+  // cudaMalloc or cudaIpcGetMemHandle failing would. Called before the
+  // threads that allocate start.
+  void failAllocShared(std::string why) { allocSharedFailure_ = std::move(why); }
+
  private:
   SimDeviceOptions options_;
   std::atomic<uint64_t> streams_{0};
   std::shared_ptr<SimShared> shared_;
+  std::string allocSharedFailure_;
 };
 
 }  // namespace ringx

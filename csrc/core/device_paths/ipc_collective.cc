@@ -1,10 +1,12 @@
 #include "core/device_paths/ipc_collective.h"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/device_paths/ipc_ring.h"
 #include "core/reduce/reduce.h"
 
 namespace ringx {
@@ -49,7 +51,8 @@ struct IpcCollective::State {
   CollIdentity id;
   int slot = 0;
   uint64_t previousInSlot = 0;  // must have published before this op may
-  IpcShot shot = IpcShot::One;
+  std::optional<IpcAlgo> algo;  // all_reduce only
+  std::vector<IpcAwaited> awaited;
   std::shared_ptr<std::byte> status, output;
   std::shared_ptr<DeviceEvent> done;
   uint32_t lastRound = 0;  // 0: the op has no rounds
@@ -62,22 +65,17 @@ struct IpcCollective::State {
     peers->fail(why);
   }
 
-  // The peers whose words in this rank's mailboxes carry the failed bit, or
-  // (failed false) are still below the op's last round.
+  // The peers whose words this op's device waits on carry the failed bit,
+  // or (failed false) are still below the last value it waits for.
   std::vector<int> peersWhere(bool failed) const {
     std::vector<int> ranks;
-    for (int q = 0; q < peers->size(); ++q) {
-      if (q == peers->rank()) continue;
-      for (auto phase : {IpcPeers::Arrive, IpcPeers::Reduced, IpcPeers::Left}) {
-        if (phase == IpcPeers::Reduced && shot != IpcShot::Two) continue;
-        const uint32_t v =
-            std::atomic_ref<uint32_t>(*peers->mailbox(peers->rank(), phase, q)).load(std::memory_order_acquire);
-        if (failed ? (v & kFlagFailed) != 0 : v < lastRound) {
-          ranks.push_back(q);
-          break;
-        }
-      }
+    for (const IpcAwaited& w : awaited) {
+      const uint32_t v = std::atomic_ref<uint32_t>(*peers->mailbox(peers->rank(), w.phase, w.writer))
+                             .load(std::memory_order_acquire);
+      const bool listed = std::find(ranks.begin(), ranks.end(), w.writer) != ranks.end();
+      if (!listed && (failed ? (v & kFlagFailed) != 0 : v < w.last)) ranks.push_back(w.writer);
     }
+    std::sort(ranks.begin(), ranks.end());
     return ranks;
   }
 
@@ -105,7 +103,7 @@ bool IpcCollective::supports(const CollArgs& a) {
 }
 
 IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers& peers, const CollArgs& a,
-                             std::optional<IpcShot> shot)
+                             std::optional<IpcAlgo> forced)
     : state_(std::make_shared<State>()) {
   Device& device = order.device();
   OnDevice on(&device);
@@ -140,18 +138,28 @@ IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers&
   st.id = identityOf(a);
   st.id.count = a.count;  // all_to_all too: the path takes even splits only
   st.slot = int(a.seq % IpcPeers::kIdentitySlots);
-  st.shot = a.coll == Collective::AllReduce ? shot.value_or(ipcAllReduceShot(a.bytes(), a.size)) : IpcShot::One;
+  const size_t es = dtypeSize(a.dtype), block = a.count * es;
+  if (a.coll == Collective::AllReduce) {
+    st.algo = ipcAllReduceAlgo(a.bytes(), es, a.size, peers.bufferBytes(), forced);
+  }
+  const bool onRing = st.algo == IpcAlgo::Ring, twoShot = st.algo == IpcAlgo::TwoShot;
+  const IpcRingPlan ringPlan = ipcRingPlan(a.count, es, a.size, peers.bufferBytes());
   st.status = device.allocPinned(2 * sizeof(uint32_t));
   std::atomic_ref<uint32_t>(*st.word(kVerdict)).store(0);
   std::atomic_ref<uint32_t>(*st.word(kTaint)).store(0);
-  const size_t es = dtypeSize(a.dtype), block = a.count * es;
   const bool output = writesOutput(a);
   const size_t outBytes = outputElems(a) * es;
   if (output) st.output = device.allocDevice(outBytes);
-  const size_t rounds = ipcRounds(a.count, roundElems);
-  const uint32_t first = peers.reserveRounds(uint32_t(rounds));
+  const size_t rounds = onRing ? 0 : ipcRounds(a.count, roundElems);
+  const size_t flagRounds = onRing ? ringPlan.writes() : rounds;
+  if (flagRounds > flags::kMaxRound) {
+    throw Error(ErrorKind::InvalidArgument, who + "takes " + std::to_string(flagRounds) +
+                                                " steps through the ipc buffers, more than their flags count; "
+                                                "raise RINGX_CUDA_IPC_BYTES");
+  }
+  const uint32_t first = peers.reserveRounds(uint32_t(flagRounds));
   st.previousInSlot = peers.claimSlot(a.seq);
-  st.lastRound = first + uint32_t(rounds) - 1;
+  st.lastRound = first + uint32_t(flagRounds) - 1;
 
   const int n = a.size, r = a.rank;
   const auto* in = static_cast<const std::byte*>(a.input ? a.input : a.buf);
@@ -172,6 +180,13 @@ IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers&
   caller.record(*callerNow);
   s.wait(*callerNow);
   order.orderAfter(regions, s);
+  if (onRing) st.awaited = enqueueIpcRing(s, peers, ringPlan, a, in, tmp, first, cancel, taint);
+  for (int q = 0; q < n && rounds; ++q) {
+    if (q == r) continue;
+    for (auto phase : {IpcPeers::Arrive, IpcPeers::Reduced, IpcPeers::Left}) {
+      if (phase != IpcPeers::Reduced || twoShot) st.awaited.push_back({phase, q, st.lastRound});
+    }
+  }
   for (size_t k = 0; k < rounds; ++k) {
     const uint32_t round = first + uint32_t(k);
     const auto [o, len] = ipcRound(a.count, roundElems, k);
@@ -194,7 +209,7 @@ IpcCollective::IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers&
     switch (a.coll) {
       case Collective::AllReduce:
       case Collective::Reduce:
-        if (st.shot == IpcShot::Two) {
+        if (twoShot) {
           const auto [po, pl] = ipcPortion(len, n, r);
           for (int q = 0; q < n; ++q) srcs[size_t(q)] = peers.buffer(q) + po * es;
           if (pl) s.reduceN(mine + po * es, srcs.data(), n, pl, a.dtype, a.op);
@@ -316,7 +331,12 @@ const std::shared_ptr<DeviceEvent>& IpcCollective::done() const { return state_-
 
 const char* IpcCollective::algorithm() const {
   if (!isReduction(Collective(state_->id.kind))) return "ipc_copy";
-  return state_->shot == IpcShot::Two ? "ipc_two_shot" : "ipc_one_shot";
+  switch (state_->algo.value_or(IpcAlgo::OneShot)) {
+    case IpcAlgo::TwoShot: return "ipc_two_shot";
+    case IpcAlgo::Ring: return "ipc_ring";
+    case IpcAlgo::OneShot: break;
+  }
+  return "ipc_one_shot";
 }
 
 }  // namespace ringx

@@ -22,6 +22,8 @@
 //       portions;
 //       the data movers copy the pieces they need
 //     signal Left k
+//   (or, all_reduce on the chunked ring: those rounds' flags and buffers,
+//   each rank reading only its left peer's, chunk by chunk: ipc_ring.h)
 //   wait for the host's verdict (every peer called the same collective),
 //   average if asked, copy into the caller's tensors unless tainted, record
 //   `done`
@@ -46,6 +48,7 @@
 #include "core/algorithms/coll_args.h"
 #include "core/device/device.h"
 #include "core/device_paths/host_staging.h"
+#include "core/device_paths/ipc_cost.h"
 #include "core/device_paths/ipc_peers.h"
 #include "core/device_paths/ipc_plan.h"
 #include "core/engine/schedule.h"
@@ -59,18 +62,18 @@ class IpcCollective {
   // whether the dtype and op exist (the constructor throws Unsupported).
   static bool supports(const CollArgs& a);
   // Enqueues the op (a.buf and a.input are device memory of the order's
-  // device, a.seq its sequence number in the group). `shot` picks the
-  // all_reduce variant; unset, ipcAllReduceShot does. Throws before
+  // device, a.seq its sequence number in the group). An all_reduce runs
+  // ipcAllReduceAlgo's choice, `forced` where it applies. Throws before
   // enqueuing anything: InvalidArgument when `caller` is capturing or `a` is
   // not supported, Unsupported for a dtype x op that does not exist.
   IpcCollective(DeviceOrder& order, DeviceStream& caller, IpcPeers& peers, const CollArgs& a,
-                std::optional<IpcShot> shot = std::nullopt);
+                std::optional<IpcAlgo> forced = std::nullopt);
 
   // The host's part, to submit as the op's schedule (once).
   Schedule schedule() const;
   // Fires once the caller's tensors hold the result (or, failed, never will).
   const std::shared_ptr<DeviceEvent>& done() const;
-  // "ipc_one_shot", "ipc_two_shot", "ipc_copy".
+  // "ipc_one_shot", "ipc_two_shot", "ipc_ring", "ipc_copy".
   const char* algorithm() const;
 
  private:

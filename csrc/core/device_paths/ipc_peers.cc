@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/common/error.h"
 
@@ -17,6 +18,37 @@ size_t controlLines(int size) { return size_t(IpcPeers::kPhases) * size_t(size) 
 
 std::string handleBytes(const IpcHandle& h) { return std::string(h.bytes.data(), h.bytes.size()); }
 
+// A rank's record under a set-up key is its first byte, then what it
+// carries: kDone and what the stage publishes, or kFailed and why the stage
+// failed there. A failure is published in place of the record, so the
+// peers that wait for it raise at once rather than wait out the store's
+// timeout.
+constexpr char kDone = 'D', kFailed = 'F';
+
+// Runs `stage` and publishes what it returns under key + rank, or, when it
+// throws, why, before throwing on.
+template <class Stage>
+void publishing(Store& store, const std::string& key, int rank, Stage stage) {
+  std::string record;
+  try {
+    record = kDone + stage();
+  } catch (const std::exception& e) {
+    store.set(key + std::to_string(rank), bytesOf(kFailed + std::string(e.what())));
+    throw;
+  }
+  store.set(key + std::to_string(rank), bytesOf(record));
+}
+
+// Rank q's record under key + q, without its first byte; throws
+// Error(Aborted) naming q and its reason when q failed there.
+std::string readRecord(Store& store, const std::string& key, int q, const std::string& who) {
+  const std::string got = stringOf(store.get(key + std::to_string(q)));
+  if (!got.empty() && got.front() == kDone) return got.substr(1);
+  throw Error(ErrorKind::Aborted, "ringx: " + who + ": rank " + std::to_string(q) +
+                                      " failed to set up its ipc path: " +
+                                      (got.empty() ? std::string("(no reason given)") : got.substr(1)));
+}
+
 }  // namespace
 
 std::unique_ptr<IpcPeers> IpcPeers::create(Device& device, Store& store, const std::string& keyPrefix, int rank,
@@ -30,34 +62,47 @@ std::unique_ptr<IpcPeers> IpcPeers::create(Device& device, Store& store, const s
   std::unique_ptr<IpcPeers> peers(new IpcPeers(device, rank, size, bufferBytes));
   OnDevice on(&device);
   const size_t controlBytes = controlLines(size) * kLine;
+  const std::string recordKey = keyPrefix + "/ipc/", mappedKey = keyPrefix + "/ipc-mapped/";
   IpcHandle mine;
-  auto buffer = device.allocShared(bufferBytes, mine);
-  auto control = ShmSegment::create(controlBytes, who + " control segment");
-  std::memset(control->data(), 0, controlBytes);
-  store.set(keyPrefix + "/ipc/" + std::to_string(rank), bytesOf(handleBytes(mine) + control->name()));
+  std::shared_ptr<std::byte> buffer;
+  std::unique_ptr<ShmSegment> control;
+  publishing(store, recordKey, rank, [&] {
+    buffer = device.allocShared(bufferBytes, mine);
+    control = ShmSegment::create(controlBytes, who + " control segment");
+    std::memset(control->data(), 0, controlBytes);
+    return handleBytes(mine) + control->name();
+  });
 
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) {
-      peers->buffers_.push_back(buffer);
-      peers->control_.push_back(std::move(control));
-    } else {
-      const std::string got = stringOf(store.get(keyPrefix + "/ipc/" + std::to_string(q)));
-      IpcHandle theirs;
-      if (got.size() <= theirs.bytes.size()) {
-        throw Error(ErrorKind::Internal, "ringx: " + who + ": rank " + std::to_string(q) +
-                                             " published a malformed ipc record; are all ranks running the same "
-                                             "ringx build?");
-      }
-      std::memcpy(theirs.bytes.data(), got.data(), theirs.bytes.size());
-      peers->buffers_.push_back(device.openShared(theirs, bufferBytes));
-      peers->control_.push_back(
-          ShmSegment::open(got.substr(theirs.bytes.size()), controlBytes, who + " rank " + std::to_string(q)));
+  publishing(store, mappedKey, rank, [&] {
+    // Every record before any mapping: a rank that failed is named as the
+    // cause, not the segment of a peer that gave up on it and went.
+    std::vector<std::string> records(static_cast<size_t>(size));
+    for (int q = 0; q < size; ++q) {
+      if (q != rank) records[size_t(q)] = readRecord(store, recordKey, q, who);
     }
-    peers->registered_.push_back(device.mapHost(peers->control_.back()->data(), controlBytes));
-  }
+    for (int q = 0; q < size; ++q) {
+      if (q == rank) {
+        peers->buffers_.push_back(buffer);
+        peers->control_.push_back(std::move(control));
+      } else {
+        const std::string& got = records[size_t(q)];
+        IpcHandle theirs;
+        if (got.size() <= theirs.bytes.size()) {
+          throw Error(ErrorKind::Internal, "ringx: " + who + ": rank " + std::to_string(q) +
+                                               " published a malformed ipc record; are all ranks running the same "
+                                               "ringx build?");
+        }
+        std::memcpy(theirs.bytes.data(), got.data(), theirs.bytes.size());
+        peers->buffers_.push_back(device.openShared(theirs, bufferBytes));
+        peers->control_.push_back(
+            ShmSegment::open(got.substr(theirs.bytes.size()), controlBytes, who + " rank " + std::to_string(q)));
+      }
+      peers->registered_.push_back(device.mapHost(peers->control_.back()->data(), controlBytes));
+    }
+    return std::string();
+  });
   // Every rank has mapped every segment: the names may go.
-  store.set(keyPrefix + "/ipc-mapped/" + std::to_string(rank), bytesOf("1"));
-  for (int q = 0; q < size; ++q) store.get(keyPrefix + "/ipc-mapped/" + std::to_string(q));
+  for (int q = 0; q < size; ++q) readRecord(store, mappedKey, q, who);
   peers->control_[size_t(rank)]->unlinkName();
   return peers;
 }

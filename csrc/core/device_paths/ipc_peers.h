@@ -105,4 +105,13 @@ class IpcPeers {
   std::optional<std::string> failure_;
 };
 
+// A flag word an op's device waits on (in this rank's segment: `phase`,
+// written by `writer`) and the last value it waits for there: which peers a
+// pending op still waits on, and whose failure its device saw.
+struct IpcAwaited {
+  IpcPeers::Phase phase;
+  int writer;
+  uint32_t last;
+};
+
 }  // namespace ringx

@@ -1,7 +1,7 @@
 // The ipc path's arithmetic, without a device: how a collective is cut into
 // rounds that fit a rank's buffer, where each rank's part of a round lies in
-// its buffer, and which all_reduce variant a size takes. Unit-tested on its
-// own (test_ipc_path.cc).
+// its buffer, and how the chunked ring walks its chunks. Unit-tested on its
+// own (test_ipc_path.cc); which all_reduce runs is ipc_cost.h's.
 #pragma once
 
 #include <algorithm>
@@ -12,28 +12,6 @@
 #include "core/patterns/ring.h"
 
 namespace ringx {
-
-enum class IpcShot : uint8_t { One, Two };
-
-// One-shot: every rank reads the whole round out of every buffer and
-// reduces it: one flag exchange, (n-1) N bytes read per rank. Two-shot:
-// each rank reduces its 1/n portion (reduce-scatter), then copies the
-// others' reduced portions (all-gather): two flag exchanges, 2 (n-1)/n N
-// bytes. With link latency a (one flag exchange) and per-rank read
-// bandwidth b, two-shot wins when a < (n - 2) N / (n b), i.e. never at 2
-// ranks and from N = n a b / (n - 2) up. Neither constant has been measured
-// (no GPU has run this path): a = 10 us for a flag written to host memory
-// and seen by a peer's polling kernel over PCIe, b = 100 GB/s of NVLink
-// reads per GPU, so from 2 MB at 4 ranks; vLLM's custom all-reduce takes
-// two-shot from about 512 KiB.
-inline constexpr double kIpcFlagExchangeSeconds = 10e-6;
-inline constexpr double kIpcReadBytesPerSecond = 100e9;
-
-inline IpcShot ipcAllReduceShot(size_t bytes, int n) {
-  if (n <= 2) return IpcShot::One;
-  const double crossover = n * kIpcFlagExchangeSeconds * kIpcReadBytesPerSecond / (n - 2);
-  return double(bytes) >= crossover ? IpcShot::Two : IpcShot::One;
-}
 
 // Whether each rank fills its buffer with one piece per destination rank
 // (reduce_scatter, all_to_all, scatter) rather than one piece in all.
@@ -62,5 +40,46 @@ inline std::pair<size_t, size_t> ipcRound(size_t count, size_t roundElems, size_
 inline std::pair<size_t, size_t> ipcPortion(size_t len, int n, int q) {
   return {ring::chunkStart(len, n, q), ring::chunkLen(len, n, q)};
 }
+
+// The chunked ring (all_reduce of large buffers, ipc_ring.h). A rank's
+// buffer is cut into `slots` slots of `slotElems`; a round of the op covers
+// n chunks of at most a slot each. In round step s = 0 .. 2n-2, rank r works
+// on chunk (r - s) mod n: steps 0 .. n-1 reduce-scatter (step 0 copies r's
+// own part in; step s >= 1 reduces the left peer's step s-1 with r's part,
+// so after step n-1 rank r holds chunk r+1 reduced over every rank), steps
+// n .. 2n-2 all-gather (copy the left peer's step s-1). Every step but the
+// last writes its chunk into r's next slot, where the right peer reads it.
+struct IpcRingPlan {
+  int n = 0;
+  size_t slots = 0;  // 0: the buffer cannot hold two slots of an element
+  size_t slotElems = 0;
+  size_t rounds = 0;
+  size_t roundElems() const { return size_t(n) * slotElems; }
+  size_t stepsPerRound() const { return 2 * size_t(n) - 1; }
+  size_t writesPerRound() const { return 2 * size_t(n) - 2; }
+  size_t writes() const { return rounds * writesPerRound(); }
+};
+
+// Two slots are the fewest that cannot deadlock: with one, every rank's
+// next step would wait for its right peer to read the slot it refills, and
+// that peer for its own right peer, around the ring. More let a rank run a
+// few steps ahead of a slower right peer, at the price of shorter chunks,
+// so more steps and flag exchanges; NCCL keeps 8 in flight (NCCL_STEPS),
+// through much larger buffers. Not measured (no GPU has run the ring).
+inline constexpr size_t kIpcRingSlots = 4;
+
+inline IpcRingPlan ipcRingPlan(size_t count, size_t elemBytes, int n, size_t bufferBytes) {
+  IpcRingPlan p;
+  p.n = n;
+  const size_t elems = bufferBytes / elemBytes;
+  if (n < 2 || elems < 2) return p;
+  p.slots = std::min(kIpcRingSlots, elems);
+  p.slotElems = elems / p.slots;
+  p.rounds = ring::numSegments(count, p.roundElems());
+  return p;
+}
+
+// The chunk of its round rank r works on at round step `step`.
+inline int ipcRingChunk(int r, int n, size_t step) { return ring::mod(long(r) - long(step), n); }
 
 }  // namespace ringx
