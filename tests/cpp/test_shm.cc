@@ -507,7 +507,7 @@ TEST_CASE("shm one-shot all_reduce ends at once on a dead peer, naming it, and t
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
 
-TEST_CASE("the cost model takes the one-shot all_reduce for small buffers, later the more ranks share a core") {
+TEST_CASE("the cost model takes the one-shot all_reduce for small buffers once ranks outnumber cores, later the more they do") {
   ShmWorld w(2, {}, 256 * 1024);
   auto pick = [&](int size, int cores, size_t bytes) {
     w.areas[0]->setCores(cores);
@@ -518,19 +518,22 @@ TEST_CASE("the cost model takes the one-shot all_reduce for small buffers, later
   };
   for (int size : {2, 4, 8, 16}) {
     CAPTURE(size);
-    CHECK(pick(size, size, 8) == "oneshot");
-    // n times the reduce work: at world 16 on 16 cores 1 KiB is already past it.
-    if (size <= 8) CHECK(pick(size, size, 1024) == "oneshot");
+    // A core per rank: the two-shot at every size (forced only, as measured).
+    CHECK(pick(size, size, 8) == "shm");
     CHECK(pick(size, size, 1 << 20) == "shm");
+    if (size > 2) CHECK(pick(size, 2, 8) == "oneshot");
+    if (size > 2) CHECK(pick(size, 2, 1024) == "oneshot");
     CHECK(pick(size, 2, 1 << 20) == "shm");
   }
-  // A hand-off costs a scheduler round once ranks outnumber cores, which
-  // moves the crossover up: 32 KiB at world 8 on 2 cores, not on 8.
-  CHECK(pick(8, 8, 32 << 10) == "shm");
+  // n times the reduce work against the hand-offs saved: the more ranks
+  // queue on each core, the dearer a hand-off and the later the crossover.
+  CHECK(pick(4, 2, 64 << 10) == "oneshot");
+  CHECK(pick(4, 2, 256 << 10) == "shm");
   CHECK(pick(8, 2, 32 << 10) == "oneshot");
-  w.areas[0]->setCores(1);
-  CollArgs a{Collective::AllReduce, 0, 4, 1};
+  CHECK(pick(8, 2, 128 << 10) == "shm");
+  w.areas[0]->setCores(4);
+  CollArgs a{Collective::AllReduce, 0, 2, 1};
   a.count = 2;
   a.shm = w.areas[0].get();
-  CHECK(selectAlgorithm(a, AlgoOverride("all_reduce:shm")).name == "shm");
+  CHECK(selectAlgorithm(a, AlgoOverride("all_reduce:oneshot")).name == "oneshot");
 }

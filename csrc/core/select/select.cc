@@ -184,6 +184,15 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
                          (alg.build == &buildReduceScatterHier ? n * N * kCost.gammaUsPerByte : 0);
     return local + acrossHostsUs(a, a.count * size_t(h.localSize()));
   }
+  if (alg.build == &buildAllReduceOneShot && turns == 1) {
+    // Forced only (RINGX_ALGO=all_reduce:oneshot) while every rank has a core:
+    // against the two-shot at world 2 on the 2-core VM (2026-11-29, three
+    // alternating runs, docs/algorithms.md) its time after the last rank's
+    // arrival was level at 8 B-4 KiB, but whole calls took 1.0-1.7x the
+    // two-shot's with a compute gap or another group's call between them,
+    // where the two-shot's second wait keeps the ranks leaving together.
+    return std::numeric_limits<double>::infinity();
+  }
   if (alg.build == &buildAllReduceShm || alg.build == &buildAllReduceOneShot) {
     // Hand-offs per slot-sized chunk: three for the two-shot, one for the
     // one-shot. Memory traffic per rank: the two-shot copies in all but its
