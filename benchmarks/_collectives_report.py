@@ -17,6 +17,11 @@ busbw     algbw * factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_t
           gather, scatter (n-1)/n; broadcast, reduce 1. It is the rate each rank's link
           would need, comparable across world sizes and with the hardware's bandwidth.
 #wrong    timed iterations whose result was wrong on some rank (each is checked).
+cpu(us)   CPU per call: user + system time of every thread of every rank over the timed
+          calls, summed over the ranks, divided by the calls (the calling thread's own
+          work in a pattern's gap left out). A rank that spins while it waits costs CPU
+          here whether or not it shortens the time; n ranks each busy for the whole call
+          give n x time(us).
 cma GB/s  the single-copy bound's copy rate: the bytes one rank must read, read with
           process_vm_readv from the same ranks' buffers (_collectives_cma.py).
 bound     the single-copy bound's time (us); ringx/bnd = bound / ringx's b2b time.
@@ -35,7 +40,7 @@ SHORT = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
          "scatter": "scatter"}
 PATTERN_SHORT = {"back-to-back": "b2b", "compute-gap": "gap", "interleaved": "inter"}
 MPI_LABELS = ("mpi", "mpich")
-CELL = 43  # width of one backend's group of columns
+CELL = 52  # width of one backend's group of columns
 
 
 def bus_factor(coll: str, n: int) -> float:
@@ -112,7 +117,7 @@ def table_header(coll, n, dtype, labels, status, patterns=("back-to-back",), gap
     sub = f"# {'size':>10} {'count':>10} {'type':>9} {'redop':>6} {'pattern':>7}     |"
     for lb in labels:
         top += f" {lb:^{CELL - 2}} |"
-        sub += f" {'time(us)':>8} {'p90':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |"
+        sub += f" {'time(us)':>8} {'p90':>8} {'cpu(us)':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6} |"
     if bound_cols:
         top += f" {'single-copy bound':^27}"
         sub += f" {'cma GB/s':>8} {'bound':>8} {'ringx/bnd':>9}"
@@ -127,7 +132,8 @@ def table_row(coll, n, size, count, dtype, labels, row, bound, pattern="back-to-
     for lb in labels:
         r = row.get(lb, {"status": "-"})
         if r.get("status") == "ok":
-            s += (f" {_fmt_t(r['time_us']):>8} {_fmt_t(r['p90_us']):>8}"
+            cpu = _fmt_t(r["cpu_us"]) if "cpu_us" in r else "-"
+            s += (f" {_fmt_t(r['time_us']):>8} {_fmt_t(r['p90_us']):>8} {cpu:>8}"
                   f" {r['algbw_GBps']:7.3f} {r['busbw_GBps']:7.3f} {r['wrong']:>6} |")
         else:
             s += f" {r.get('status', '-')[:CELL - 2]:^{CELL - 2}} |"

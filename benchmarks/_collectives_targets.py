@@ -1,4 +1,4 @@
-"""The targets of issues 12 and 16 and the spread between repeats, computed from the
+"""The targets of issues 12, 16 and 44 and the spread between repeats, computed from the
 records of benchmarks/collectives.py (pure functions: they also run on a saved JSON,
 `collectives.py --summary FILE.json`).
 
@@ -40,6 +40,7 @@ class Points:
         self.time = self._medians(self.runs)
         self.after_last = self._medians(self._runs_of(records, "after_last_p50_us"))
         self.skew = self._medians(self._runs_of(records, "skew_p50_us"))
+        self.cpu = self._medians(self._runs_of(records, "cpu_us"))
         self.status = {}
         for r in records:
             if r.get("kind") == "point" and r.get("status") != "ok":
@@ -267,6 +268,43 @@ def issue16(records, meta) -> list[tuple]:
     return rows
 
 
+def issue44(records, meta) -> list[tuple]:
+    """Many ranks on few cores, back to back, 8 B-4 KiB, per world and collective: ringx's
+    worst time over the better MPI's (<= 1.5x) and its worst CPU per call over that MPI's
+    (<= 2x), each over the sizes both measured."""
+    pts = Points(records)
+    b2b = "back-to-back"
+    mpis = pts.mpis()
+    rows = []
+    for n in sorted({k[1] for k in pts.time}):
+        for c in REDUCTIONS + DATA_MOVEMENT:
+            sizes = [s for (_, _, s) in pts.keys(b2b, n, c) if s <= SMALL]
+            if not sizes:
+                continue
+            if not mpis:
+                rows.append((f"{SHORT[c]} w{n} <= 4 KiB", "no MPI measurement", "time <= 1.5x, CPU <= 2x", "n/a"))
+                continue
+            for field, lim, what in (("time", 1.5, "time"), ("cpu", 2.0, "CPU per call")):
+                table = pts.time if field == "time" else pts.cpu
+                items = []
+                for s in sizes:
+                    rx = table.get((b2b, n, c, s, "ringx"))
+                    mp = [(table.get((b2b, n, c, s, m)), pts.t(b2b, n, c, s, m), m) for m in mpis]
+                    mp = [x for x in mp if x[0] and x[1]]
+                    if rx is None or not mp:
+                        continue
+                    best = min(mp, key=lambda x: x[1])  # the MPI with the better time
+                    items.append((rx / best[0], f"{_human(s)}: {rx:.1f} vs {best[2]} {best[0]:.1f} us"))
+                w = _worst(items)
+                if not w:
+                    continue
+                bad = sum(1 for r, _ in items if r > lim)
+                rows.append((f"{SHORT[c]} w{n} <= 4 KiB {what}",
+                             f"worst {w[0]:.2f}x ({w[1]}); {bad} of {len(items)} sizes over",
+                             f"<= {lim}x the better MPI", _verdict(w[0] <= lim)))
+    return rows
+
+
 def format_rows(title, rows) -> list[str]:
     if not rows:
         return [f"# {title}: nothing measured"]
@@ -304,6 +342,7 @@ def spread_table(records, backends) -> list[str]:
 
 
 def summary(records, meta) -> dict:
-    """The rows of both issues, for the JSON."""
+    """The rows of the issues, for the JSON."""
     return {"issue12": [list(r) for r in issue12(records, meta)],
-            "issue16": [list(r) for r in issue16(records, meta)]}
+            "issue16": [list(r) for r in issue16(records, meta)],
+            "issue44": [list(r) for r in issue44(records, meta)]}

@@ -9,7 +9,8 @@ a world started by mpiexec, MPI), on the SAME buffers:
     (each batch: fill the inputs, one small untimed collective so ranks start
     together, then one timed iteration per rotating buffer, then every output of
     the batch is checked)  ->  gather the per-iteration times over the gloo
-    default group (all_reduce MAX, after the timed loop)
+    default group (all_reduce MAX, after the timed loop) and the ranks' CPU over
+    the timed calls (all_reduce SUM)
 
 Patterns (what the calling thread does between two timed calls):
 
@@ -233,6 +234,7 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
     wrong_iters = wrong_elems = 0
     t_counter = tcount[0]
     ns = time.perf_counter_ns
+    cpu_ns = [0]  # this process's CPU (every thread) over the timed calls
 
     def batch(iters, walls=None, stamps_out=None):
         """Timed calls; `walls` (when given) gets each iteration's whole time, pattern included,
@@ -246,20 +248,25 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
             for i in range(b):
                 case.fill(i, ts[i])
             var.sync()  # untimed: ranks start together
+            c0 = time.process_time_ns()
             if between is None:  # back to back: each call starts when the previous returned
                 stamps = [ns()]
                 for i in range(b):
                     var.call(case, i, ts[i])
                     stamps.append(ns())
+                cpu_ns[0] += time.process_time_ns() - c0
                 times += [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(b)]
                 if walls is not None:
                     walls += times[-b:]
                 if stamps_out is not None:
                     stamps_out += [(stamps[i], stamps[i + 1]) for i in range(b)]
             else:
+                between_ns = 0  # the calling thread's own CPU in the pattern's work, not the backend's
                 for i in range(b):
                     w0 = ns()
+                    b0 = time.thread_time_ns()
                     between()
+                    between_ns += time.thread_time_ns() - b0
                     t0 = ns()
                     var.call(case, i, ts[i])
                     t1 = ns()
@@ -268,6 +275,7 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
                         walls.append((t1 - w0) / 1e3)
                     if stamps_out is not None:
                         stamps_out.append((t0, t1))
+                cpu_ns[0] += time.process_time_ns() - c0 - between_ns
             for i in range(b):
                 w = case.check(i, ts[i])
                 if w:
@@ -291,6 +299,7 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
         iters = int(min(args.max_iters, max(args.min_iters, round(args.budget * 1e6 / max(est.item(), 1e-3)))))
         warm_wrong = wrong_iters  # warm-up results are checked too, and kept apart
         wrong_iters = wrong_elems = 0
+        cpu_ns[0] = 0
         stamps = []
         times = batch(iters, stamps_out=stamps)
     finally:
@@ -299,14 +308,23 @@ def run_point(args, var, case, nbuf, size, tcount, n, between):
         tcount[0] = t_counter
     tt = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)  # per-iteration time of the slowest rank
-    wr = torch.tensor([wrong_iters, wrong_elems, warm_wrong], dtype=torch.int64)
+    wr = torch.tensor([wrong_iters, wrong_elems, warm_wrong, cpu_ns[0]], dtype=torch.int64)
     dist.all_reduce(wr, op=dist.ReduceOp.SUM)
     q = torch.quantile(tt, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
     return {"status": "ok", "iters": iters, "warmup": warm, "buffers": nbuf,
             "time_us": q[1], "p10_us": q[0], "p50_us": q[1], "p90_us": q[2],
             "min_us": float(tt.min()), "max_us": float(tt.max()),
             "wrong": int(wr[0]), "wrong_elems": int(wr[1]), "warmup_wrong": int(wr[2]),
+            "cpu_us": cpu_per_call_us(int(wr[3]), iters),
             **arrival_phases(stamps)}
+
+
+def cpu_per_call_us(cpu_ns_all_ranks: int, calls: int) -> float:
+    """CPU per call, us: user + system time of every thread of every rank over the timed
+    calls (CLOCK_PROCESS_CPUTIME_ID: the sum /proc/PID/stat's utime + stime counts in
+    clock ticks, read at nanosecond resolution), summed over the ranks, over the calls.
+    Waiting that spins shows here while the time column may not."""
+    return cpu_ns_all_ranks / 1e3 / max(calls, 1)
 
 
 def arrival_phases(stamps):

@@ -475,6 +475,10 @@ def print_summary(records, meta, args_backends) -> dict:
         print()
         for line in targets.format_rows("issue 16 targets (single-copy intra-host collectives)", rows["issue16"]):
             print(line)
+        print()
+        for line in targets.format_rows("issue 44 targets (many ranks, busy cores: time and CPU per call)",
+                                        rows["issue44"]):
+            print(line)
     else:
         rows = {}
     spread = targets.spread_table(records, ["ringx"] + gloo_labels + mpi_labels)

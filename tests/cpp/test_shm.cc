@@ -426,3 +426,114 @@ TEST_CASE("shm barrier fails, instead of passing, against a rank in another coll
     RANK_REQUIRE(err->kind() == ErrorKind::InvalidArgument);
   });
 }
+
+TEST_CASE("shm one-shot all_reduce matches the closed form, the same bits on every rank, across chunks and calls") {
+  auto size = GENERATE(2, 3, 5, 8);
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011});
+  auto slotBytes = GENERATE(size_t{4096}, size_t{256 * 1024});
+  auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
+  CAPTURE(size, count, slotBytes, reduceOpName(op));
+  ShmWorld w(size, {}, slotBytes);
+  std::vector<std::vector<float>> results(size);
+  onEachRank(size, [&](int r) {
+    RANK_REQUIRE(w.areas[r]);
+    // Several calls in a row, the one-shot between two-shot ones: chunk
+    // numbering and slot reuse carry across ops and algorithms.
+    for (int call = 0; call < 4; ++call) {
+      std::vector<float> buf(count);
+      // Thirds do not add up exactly: every rank must round alike.
+      for (size_t i = 0; i < count; ++i) buf[i] = float(r * 10 + int(i % 1009) + call) / 3.0f;
+      CollArgs a{Collective::AllReduce, r, size, uint64_t(call)};
+      a.op = op;
+      a.premulFactor = 0.5;
+      a.buf = buf.data();
+      a.count = count;
+      a.shm = w.areas[r].get();
+      const bool oneShot = call != 2;
+      RANK_REQUIRE_NO_ERROR(
+          runOp(*w.comms[r], "all_reduce", call, oneShot ? buildAllReduceOneShot(a) : buildAllReduceShm(a)));
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int q = 0; q < size; ++q) {
+          const float v = float(q * 10 + int(i % 1009) + call) / 3.0f;
+          want = op == ReduceOp::Max ? std::max(want, v) : want + (op == ReduceOp::PremulSum ? 0.5f * v : v);
+        }
+        if (op == ReduceOp::Avg) want /= size;
+        if (std::abs(buf[i] - want) > 1e-4f * std::abs(want)) RANK_FAIL("rank " << r << " element " << i << " got " << buf[i] << " want " << want);
+      }
+      if (call == 3) results[r] = buf;
+    }
+  });
+  for (int r = 1; r < size; ++r) CHECK(std::memcmp(results[r].data(), results[0].data(), count * sizeof(float)) == 0);
+}
+
+TEST_CASE("shm one-shot all_reduce fails on every rank, instead of reducing, when one rank's op differs") {
+  auto size = GENERATE(2, 4);
+  ShmWorld w(size);
+  onEachRank(size, [&](int r) {
+    std::vector<float> buf(16, float(r + 1));
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.op = r == size - 1 ? ReduceOp::Max : ReduceOp::Sum;
+    a.buf = buf.data();
+    a.count = buf.size();
+    a.shm = w.areas[r].get();
+    auto err = runOp(*w.comms[r], "all_reduce", 1, buildAllReduceOneShot(a), 5s);
+    RANK_REQUIRE(err);
+    RANK_REQUIRE(err->kind() == ErrorKind::InvalidArgument);
+    RANK_REQUIRE(buf[0] == float(r + 1));
+  });
+}
+
+TEST_CASE("shm one-shot all_reduce ends at once on a dead peer, naming it, and the survivors' buffers stay theirs") {
+  auto size = GENERATE(3, 8);
+  const int dead = size - 1;
+  ShmWorld w(size, {.timeout = std::chrono::seconds(30)});
+  w.world.kill(dead);
+  const auto start = std::chrono::steady_clock::now();
+  onEachRank(size, [&](int r) {
+    if (r == dead) return;
+    std::vector<float> buf(16, float(r + 1));
+    CollArgs a{Collective::AllReduce, r, size, 1};
+    a.buf = buf.data();
+    a.count = buf.size();
+    a.shm = w.areas[r].get();
+    auto err = runOp(*w.comms[r], "all_reduce", 1, buildAllReduceOneShot(a));
+    RANK_REQUIRE(err);
+    RANK_REQUIRE(err->kind() == ErrorKind::PeerClosed);
+    const auto& awaited = err->awaited();
+    RANK_REQUIRE(std::find(awaited.begin(), awaited.end(), dead) != awaited.end());
+    RANK_REQUIRE(buf[0] == float(r + 1));
+  });
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("the cost model takes the one-shot all_reduce for small buffers once ranks outnumber cores, later the more they do") {
+  ShmWorld w(2, {}, 256 * 1024);
+  auto pick = [&](int size, int cores, size_t bytes) {
+    w.areas[0]->setCores(cores);
+    CollArgs a{Collective::AllReduce, 0, size, 1};
+    a.count = bytes / sizeof(float);
+    a.shm = w.areas[0].get();
+    return std::string(selectAlgorithm(a, AlgoOverride("")).name);
+  };
+  for (int size : {2, 4, 8, 16}) {
+    CAPTURE(size);
+    // A core per rank: the two-shot at every size (forced only, as measured).
+    CHECK(pick(size, size, 8) == "shm");
+    CHECK(pick(size, size, 1 << 20) == "shm");
+    if (size > 2) CHECK(pick(size, 2, 8) == "oneshot");
+    if (size > 2) CHECK(pick(size, 2, 1024) == "oneshot");
+    CHECK(pick(size, 2, 1 << 20) == "shm");
+  }
+  // n times the reduce work against the hand-offs saved: the more ranks
+  // queue on each core, the dearer a hand-off and the later the crossover.
+  CHECK(pick(4, 2, 64 << 10) == "oneshot");
+  CHECK(pick(4, 2, 256 << 10) == "shm");
+  CHECK(pick(8, 2, 32 << 10) == "oneshot");
+  CHECK(pick(8, 2, 128 << 10) == "shm");
+  w.areas[0]->setCores(4);
+  CollArgs a{Collective::AllReduce, 0, 2, 1};
+  a.count = 2;
+  a.shm = w.areas[0].get();
+  CHECK(selectAlgorithm(a, AlgoOverride("all_reduce:oneshot")).name == "oneshot");
+}

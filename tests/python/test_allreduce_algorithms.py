@@ -19,7 +19,7 @@ from test_allreduce import (LARGE, LARGE_DTYPES, LARGE_OPS, SEED, SWEEP_COUNTS, 
 
 pytestmark = pytest.mark.skipif(harness.BACKEND != "ringx", reason="RINGX_ALGO is ringx's")
 
-ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "shm", "cma")
+ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "shm", "oneshot", "cma")
 WORLD_SIZES = (2, 3, 4)
 COUNTS = (0, 1, 7, 1000)
 ALGO_LINE = re.compile(r"ringx: all_reduce \(rank \d+, seq \d+\): algorithm (\w+), (\d+) bytes")
@@ -34,7 +34,8 @@ def algorithms_used(world):
     return used
 
 
-@pytest.fixture(params=[(a, ws) for a in ALGORITHMS for ws in WORLD_SIZES],
+# The one-shot is for many ranks on few cores: it runs oversubscribed too.
+@pytest.fixture(params=[(a, ws) for a in ALGORITHMS for ws in WORLD_SIZES] + [("oneshot", 8)],
                 ids=lambda p: f"{p[0]}-ws{p[1]}")
 def forced_world(request):
     algo, ws = request.param

@@ -32,6 +32,10 @@ constexpr std::array kAlgorithms{
     Algorithm{"shm", Collective::AllReduce,
               "two-shot through shared memory: copy in, fused n-way reduce of 1/n per rank, copy out",
               "all ranks on one host", &sharedMemory, &buildAllReduceShm},
+    Algorithm{"oneshot", Collective::AllReduce,
+              "one-shot through shared memory: every rank copies its whole buffer in and reduces all n copies "
+              "itself; one hand-off per chunk instead of two, for small buffers",
+              "all ranks on one host", &sharedMemory, &buildAllReduceOneShot},
     Algorithm{"cma", Collective::AllReduce,
               "two-shot with one copy: each rank reads its 1/n of every peer's buffer (process_vm_readv) and "
               "reduces it in place, then reads the other reduced slices",

@@ -34,6 +34,7 @@ bool takesSeparateBlocks(const Algorithm& alg);
 Schedule buildAllReduceRing(const CollArgs& a);
 Schedule buildAllReduceRecursiveDoubling(const CollArgs& a);
 Schedule buildAllReduceShm(const CollArgs& a);
+Schedule buildAllReduceOneShot(const CollArgs& a);
 Schedule buildAllReduceRabenseifner(const CollArgs& a);
 Schedule buildAllReduceHier(const CollArgs& a);
 Schedule buildAllGatherHier(const CollArgs& a);

@@ -76,6 +76,22 @@ StepId shmReadAll(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader he
       [=] { return shm->behind(2 * id - 1); }, {prev});
 }
 
+// The n-way reduce of a reduction collective over `m` elements: the
+// dtype x op kernel (float32 accumulation for 16-bit types), then the scaling
+// for AVG. `out` may be one of `srcs`.
+struct ShmReduce {
+  explicit ShmReduce(const CollArgs& a)
+      : fn(reduceNFn(a.dtype, a.op)), dtype(a.dtype), avg(a.op == ReduceOp::Avg ? 1.0 / a.size : 1.0) {}
+  void operator()(std::byte* out, const void* const* srcs, int n, size_t m) const {
+    fn(out, srcs, n, m);
+    if (avg != 1.0) scale(out, m, dtype, avg);
+  }
+
+  ReduceNFn fn;
+  DType dtype;
+  double avg;
+};
+
 // The two-shot reductions' copy in: the chunk of `m` elements from `chunk`
 // into this rank's slot, all but this rank's own portion (1/n of it), which
 // only this rank reduces and shmReduceMyPortion reads from the input.

@@ -1,5 +1,6 @@
 #include "core/select/select.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -29,6 +30,12 @@ struct Constants {
   // memcpy at about 10 GB/s.
   double shmSyncUs = 1.0;
   double copyUsPerByte = 1.0 / 10000.0;
+  // When a host's ranks outnumber its cores, a rank that waits for another
+  // (a hand-off, a message) waits for the scheduler to run the ranks queued
+  // before it: this much per rank queued on each core (a wake-up and a time
+  // slice's start), fitted to all_reduce times at world 4, 8 and 16 on 2
+  // cores (docs/algorithms.md).
+  double roundUsPerRank = 30.0;
   // Single copy (CMA): the publish-match-finish hand-offs of one op, one
   // process_vm_readv call's fixed cost (0.45 us for 4 KiB), and its copy
   // rate between two processes (11-12 GB/s from 256 KiB to 16 MiB, 5.7 GB/s
@@ -116,14 +123,33 @@ double acrossHostsUs(const CollArgs& a, size_t count) {
   return estimateUs(cheapestAlgorithm(across), across);
 }
 
+// How many ranks take turns at each core: those of an all-reduce on one host
+// whose ranks outnumber its cores (the only collective measured that way so
+// far; the others keep the model as measured with a core per rank), else 1.
+double turnsPerCore(const CollArgs& a) {
+  if (!a.shm || a.coll != Collective::AllReduce) return 1.0;
+  return std::max(1.0, double(a.size) / a.shm->cores());
+}
+
+// What ranks taking turns add to each wait for another rank: the scheduler
+// running the ranks queued on a core before the awaited one.
+double schedulerRoundUs(const CollArgs& a) {
+  const double turns = turnsPerCore(a);
+  return turns > 1 ? turns * kCost.roundUsPerRank : 0.0;
+}
+
 }  // namespace
 
 double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double n = a.size, N = double(a.bytes());
   // The network algorithms' per-message and per-byte costs: a group that
   // spans hosts is as slow as its inter-host link.
-  const double alpha = a.crossHost ? kCost.interAlphaUs : kCost.alphaUs;
-  const double beta = a.crossHost ? kCost.interBetaUsPerByte : kCost.betaUsPerByte;
+  // Ranks that take turns at a core wait a scheduler round at each message and
+  // copy and reduce one after another.
+  const double turns = turnsPerCore(a);
+  const double alpha = (a.crossHost ? kCost.interAlphaUs : kCost.alphaUs) + schedulerRoundUs(a);
+  const double beta = (a.crossHost ? kCost.interBetaUsPerByte : kCost.betaUsPerByte) * turns;
+  const double gamma = kCost.gammaUsPerByte * turns;
   const double wholeBeta = a.crossHost ? beta / kCost.interWholeMessageEfficiency : beta;
   const double lg = std::ceil(std::log2(std::max(1.0, n)));
   // Slot-sized chunks of `bytes`, for the shared-memory algorithms (a.shm set).
@@ -133,7 +159,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double foldUs = p == n ? 0 : 2 * (alpha + N * beta);
   if (alg.build == &buildAllReduceRing) {
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * N * beta +
-           (n - 1) / n * N * kCost.gammaUsPerByte;
+           (n - 1) / n * N * gamma;
   }
   if (alg.build == &buildAllReduceHier) {
     // Two shared-memory passes over this host's L ranks (copy in, reduce
@@ -158,10 +184,30 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
                          (alg.build == &buildReduceScatterHier ? n * N * kCost.gammaUsPerByte : 0);
     return local + acrossHostsUs(a, a.count * size_t(h.localSize()));
   }
-  if (alg.build == &buildAllReduceShm || alg.build == &buildReduceShm) {
-    // Three counter hand-offs per slot-sized chunk; memory traffic of copy
-    // in (all but this rank's own 1/n), 1/n of an n-way reduce, and copy out
-    // (the reduce's root alone copies out, and it is the slowest rank).
+  if (alg.build == &buildAllReduceOneShot && turns == 1) {
+    // Forced only (RINGX_ALGO=all_reduce:oneshot) while every rank has a core:
+    // against the two-shot at world 2 on the 2-core VM (2026-11-29, three
+    // alternating runs, docs/algorithms.md) its time after the last rank's
+    // arrival was level at 8 B-4 KiB, but whole calls took 1.0-1.7x the
+    // two-shot's with a compute gap or another group's call between them,
+    // where the two-shot's second wait keeps the ranks leaving together.
+    return std::numeric_limits<double>::infinity();
+  }
+  if (alg.build == &buildAllReduceShm || alg.build == &buildAllReduceOneShot) {
+    // Hand-offs per slot-sized chunk: three for the two-shot, one for the
+    // one-shot. Memory traffic per rank: the two-shot copies in all but its
+    // own 1/n, reduces 1/n of the chunk from n copies and copies the rest
+    // out; the one-shot copies all in and reduces all of it from n copies.
+    const double chunks = shmChunks(N);
+    const double work = alg.build == &buildAllReduceShm
+                            ? N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte)
+                            : N * (kCost.copyUsPerByte + n * kCost.gammaUsPerByte);
+    const double handOffs = alg.build == &buildAllReduceShm ? 3 : 1;
+    return chunks * handOffs * (kCost.shmSyncUs + schedulerRoundUs(a)) + work * turns;
+  }
+  if (alg.build == &buildReduceShm) {
+    // The two-shot all-reduce's three hand-offs and its traffic (the root
+    // alone copies out, and it is the slowest rank).
     const double chunks = shmChunks(N);
     return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
   }
@@ -257,10 +303,10 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   }
   if (alg.build == &buildAllReduceRabenseifner) {
     return 2 * std::log2(p) * alpha + 2 * (p - 1) / p * N * wholeBeta +
-           (p - 1) / p * N * kCost.gammaUsPerByte + foldUs;
+           (p - 1) / p * N * gamma + foldUs;
   }
   if (alg.build == &buildAllReduceRecursiveDoubling) {
-    return std::log2(p) * (alpha + N * (wholeBeta + kCost.gammaUsPerByte)) + foldUs;
+    return std::log2(p) * (alpha + N * (wholeBeta + gamma)) + foldUs;
   }
   return lg * (alpha + N * beta);
 }

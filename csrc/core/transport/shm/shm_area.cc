@@ -1,6 +1,7 @@
 #include "core/transport/shm/shm_area.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -48,13 +51,27 @@ struct UnlinkOnExit {
   ~UnlinkOnExit() { ::shm_unlink(name.c_str()); }
 };
 
+// The CPUs this process may run on, as a comma-separated list.
+std::string allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return "";
+  std::string list;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+  }
+  return list;
+}
+
 }  // namespace
 
 std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPrefix, int rank, int size,
                                          size_t slotBytes) {
   const std::string host = hostIdentity();
   store.set(keyPrefix + "/host/" + std::to_string(rank), bytesOf(host));
-  store.set(keyPrefix + "/slot/" + std::to_string(rank), bytesOf(std::to_string(slotBytes)));
+  // The slot size, then the CPUs this rank may use.
+  const std::string slotAndCpus = std::to_string(slotBytes) + " " + allowedCpus();
+  store.set(keyPrefix + "/slot/" + std::to_string(rank), bytesOf(slotAndCpus));
   bool local = true;
   for (int p = 0; p < size; ++p) {
     if (p != rank && stringOf(store.get(keyPrefix + "/host/" + std::to_string(p))) != host) local = false;
@@ -68,9 +85,13 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   // rank under valgrind, which reports its own cache sizes): all take the
   // smallest.
   size_t agreed = slotBytes;
+  std::set<int> cpus;
   for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    agreed = std::min<size_t>(agreed, std::stoull(stringOf(store.get(keyPrefix + "/slot/" + std::to_string(p)))));
+    std::istringstream in(p == rank ? slotAndCpus : stringOf(store.get(keyPrefix + "/slot/" + std::to_string(p))));
+    size_t theirs = 0;
+    in >> theirs;
+    agreed = std::min(agreed, theirs);
+    for (std::string cpu; std::getline(in >> std::ws, cpu, ',');) cpus.insert(std::stoi(cpu));
   }
   if (agreed != slotBytes) {
     RINGX_LOG(Info, "ringx: shared memory (rank " << rank << "): the ranks asked for different slot sizes "
@@ -81,6 +102,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   slotBytes = agreed;
 
   std::unique_ptr<ShmArea> area(new ShmArea(rank, size, slotBytes));
+  area->cores_ = std::max<int>(1, int(cpus.size()));
   area->mapBytes_ = kControlBytes + 2 * slotBytes;
   std::random_device rd;
   const std::string name = "/ringx-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +

@@ -37,6 +37,12 @@ class ShmArea {
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
+  // The CPUs the area's ranks may run on between them (the union of their
+  // affinity masks at creation), the same on every rank: the cost model
+  // weighs a hand-off by how many ranks share each core.
+  int cores() const { return cores_; }
+  // For tests, which run every rank in one process.
+  void setCores(int cores) { cores_ = cores; }
 
   // An area may serve part of a group (the ranks of one host, for the
   // hierarchical algorithms): `ranks[i]` is the group rank of area rank i.
@@ -106,6 +112,7 @@ class ShmArea {
   int rank_;
   int size_;
   size_t slotBytes_;
+  int cores_ = 1;
   size_t mapBytes_ = 0;
   std::vector<void*> maps_;
   std::vector<std::byte*> data_;
