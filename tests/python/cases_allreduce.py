@@ -12,25 +12,25 @@ def dist_op(op: str, factor: float = refs.PREMUL_FACTOR):
     return getattr(dist.ReduceOp, op)
 
 
-def allreduce_ops(seed, count, dtype, ops, factor=refs.PREMUL_FACTOR):
+def allreduce_ops(seed, count, dtype, ops, factor=refs.PREMUL_FACTOR, group=None):
     """In-place all_reduce of this rank's input for each op; {op: result}."""
     rank = dist.get_rank()
     out = {}
     for op in ops:
         x = refs.make_input(seed, rank, dtype, count, op)
-        dist.all_reduce(x, op=dist_op(op, factor))
+        dist.all_reduce(x, op=dist_op(op, factor), group=group)
         out[op] = x
     return out
 
 
-def allreduce_counts(seed, counts, dtypes, op="SUM"):
+def allreduce_counts(seed, counts, dtypes, op="SUM", group=None):
     """One all_reduce per (dtype, count): many back-to-back collectives of odd sizes."""
     rank = dist.get_rank()
     out = {}
     for dtype in dtypes:
         for count in counts:
             x = refs.make_input(seed, rank, dtype, count, op)
-            dist.all_reduce(x, op=dist_op(op))
+            dist.all_reduce(x, op=dist_op(op), group=group)
             out[(dtype, count)] = x
     return out
 

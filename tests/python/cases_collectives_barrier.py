@@ -9,7 +9,7 @@ import torch.distributed as dist
 import refs
 
 
-def barrier_waits_for_late_rank(late_rank, delay_s, repeats):
+def barrier_waits_for_late_rank(late_rank, delay_s, repeats, group=None):
     """`late_rank` sleeps delay_s before each barrier.  Every rank records, on the
     system-wide monotonic clock, when it entered and left each barrier; no rank may leave
     a barrier before the late rank entered it.  Also runs an async barrier.
@@ -22,9 +22,9 @@ def barrier_waits_for_late_rank(late_rank, delay_s, repeats):
             if rank == late_rank:
                 time.sleep(delay_s)
             enter.append(time.monotonic())
-            dist.barrier()
+            dist.barrier(group=group)
             leave.append(time.monotonic())
-        w = dist.barrier(async_op=True)
+        w = dist.barrier(async_op=True, group=group)
         ok = w.wait()
         return {"enter": enter, "leave": leave, "async": ok is not False and w.is_completed()}
 

@@ -75,7 +75,7 @@ def all_gather_forms(seed, dtype, counts, forms=ALL_GATHER_FORMS):
     return refs.run_until_error(keys, one)
 
 
-def gather_roots(seed, dtype, counts, roots):
+def gather_roots(seed, dtype, counts, roots, group=None):
     """{(root, count): gathered tensor (flat) on the root, None elsewhere}."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     keys = [(root, count) for root in roots for count in counts]
@@ -87,16 +87,16 @@ def gather_roots(seed, dtype, counts, roots):
         if rank == root:
             out = _prefilled(s, range(ws), dtype, count)
             outs = [out[i * count:(i + 1) * count].clone() for i in range(ws)]
-            dist.gather(x, gather_list=outs, dst=root)
+            dist.gather(x, gather_list=outs, dst=root, group=group)
             return torch.cat(outs)
-        dist.gather(x, gather_list=None, dst=root)
+        dist.gather(x, gather_list=None, dst=root, group=group)
         # the input of a non-root rank must be left alone
         return ("input", x)
 
     return refs.run_until_error(keys, one)
 
 
-def scatter_roots(seed, dtype, counts, roots):
+def scatter_roots(seed, dtype, counts, roots, group=None):
     """{(root, count): (received tensor, root's scatter_list after the call or None)}.
 
     The root scatters make_input(seed_root, i, ...) to rank i.
@@ -110,9 +110,9 @@ def scatter_roots(seed, dtype, counts, roots):
         out = refs.perturb(refs.make_input(s, rank, dtype, count))
         if rank == root:
             lst = [refs.make_input(s, i, dtype, count) for i in range(ws)]
-            dist.scatter(out, scatter_list=lst, src=root)
+            dist.scatter(out, scatter_list=lst, src=root, group=group)
             return (out, torch.cat(lst))
-        dist.scatter(out, scatter_list=None, src=root)
+        dist.scatter(out, scatter_list=None, src=root, group=group)
         return (out, None)
 
     return refs.run_until_error(keys, one)

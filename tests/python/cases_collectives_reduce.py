@@ -21,7 +21,7 @@ def dist_op(op: str):
     return getattr(dist.ReduceOp, op)
 
 
-def reduce_roots(seed, dtype, counts, ops, roots):
+def reduce_roots(seed, dtype, counts, ops, roots, group=None):
     """{(root, op, count): result on the root (None on other ranks)}."""
     rank = dist.get_rank()
     keys = [(root, op, count) for root in roots for op in ops for count in counts]
@@ -29,7 +29,7 @@ def reduce_roots(seed, dtype, counts, ops, roots):
     def one(key):
         root, op, count = key
         x = refs.make_input(refs.seed_for(seed, "reduce", root), rank, dtype, count, op)
-        dist.reduce(x, dst=root, op=dist_op(op))
+        dist.reduce(x, dst=root, op=dist_op(op), group=group)
         return x if rank == root else None
 
     return refs.run_until_error(keys, one)

@@ -39,6 +39,24 @@ def worlds():
         pool.close()
 
 
+@pytest.fixture(scope="session")
+def forced_worlds():
+    """forced_worlds(size): the session's world of `size` for forced-algorithm cases
+    (cases_forced), its ranks logging each call's algorithm (RINGX_DEBUG=INFO)."""
+    made = {}
+
+    def get(size):
+        if size not in made:
+            made[size] = harness.World(size, env={"RINGX_DEBUG": "INFO"})
+        return made[size]
+
+    try:
+        yield get
+    finally:
+        for w in made.values():
+            w.close()
+
+
 def pytest_terminal_summary(terminalreporter):
     if _POOL is None:
         return

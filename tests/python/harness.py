@@ -373,10 +373,16 @@ class World:
     def __exit__(self, *exc):
         self.close()
 
-    def log_text(self, rank) -> str:
-        """Everything rank `rank` has written so far (all of its starts)."""
+    def log_text(self, rank, since=0) -> str:
+        """What rank `rank` has written so far (all of its starts), from offset `since`
+        (a value of log_sizes()) on."""
         with open(self.logs[rank], errors="replace") as f:
+            f.seek(since)
             return f.read()
+
+    def log_sizes(self) -> list:
+        """Each rank's log length now: log_text(rank, since=...) reads what follows."""
+        return [self._log_size(r) for r in range(self.size)] if self.alive else [0] * self.size
 
     def close(self, grace=10.0):
         """Ask the workers to exit (destroying the process group); kill stragglers."""

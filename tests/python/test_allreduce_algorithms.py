@@ -12,6 +12,7 @@ import re
 import pytest
 
 import cases_allreduce
+import cases_forced
 import harness
 import refs
 from test_allreduce import (LARGE, LARGE_DTYPES, LARGE_OPS, SEED, SWEEP_COUNTS, SWEEP_DTYPES,
@@ -25,41 +26,39 @@ COUNTS = (0, 1, 7, 1000)
 ALGO_LINE = re.compile(r"ringx: all_reduce \(rank \d+, seq \d+\): algorithm (\w+), (\d+) bytes")
 
 
-def algorithms_used(world):
-    """{algorithm: number of all_reduce calls} over every rank's log."""
+def algorithms_used(world, since):
+    """{algorithm: number of all_reduce calls} over every rank's log from offsets `since` on."""
     used = {}
     for r in range(world.size):
-        for m in ALGO_LINE.finditer(world.log_text(r)):
+        for m in ALGO_LINE.finditer(world.log_text(r, since[r])):
             used[m.group(1)] = used.get(m.group(1), 0) + 1
     return used
 
 
 # The one-shot is for many ranks on few cores: it runs oversubscribed too.
-@pytest.fixture(params=[(a, ws) for a in ALGORITHMS for ws in WORLD_SIZES] + [("oneshot", 8)],
-                ids=lambda p: f"{p[0]}-ws{p[1]}")
-def forced_world(request):
-    algo, ws = request.param
-    with harness.World(ws, env={"RINGX_ALGO": f"all_reduce:{algo}", "RINGX_DEBUG": "INFO"}) as world:
-        yield algo, world
+@pytest.mark.parametrize("algo, ws", [(a, ws) for a in ALGORITHMS for ws in WORLD_SIZES] + [("oneshot", 8)],
+                         ids=[f"{a}-ws{ws}" for a in ALGORITHMS for ws in WORLD_SIZES] + ["oneshot-ws8"])
+def test_forced_algorithm_matches_reference(forced_worlds, algo, ws):
+    world = forced_worlds(ws)
+    spec = f"all_reduce:{algo}"
 
+    def run(case, **kwargs):
+        return world.run(cases_forced.on_forced_group, spec=spec, case=harness.case_name(case), **kwargs)
 
-def test_forced_algorithm_matches_reference(forced_world):
-    algo, world = forced_world
-    ws = world.size
+    since = world.log_sizes()
     failures = []
     for dtype in refs.DTYPES:
         for count in COUNTS:
             ops = refs.ops_for(dtype)
-            results = world.run(cases_allreduce.allreduce_ops, seed=SEED, count=count, dtype=dtype, ops=ops)
+            results = run(cases_allreduce.allreduce_ops, seed=SEED, count=count, dtype=dtype, ops=ops)
             failures += check_allreduce(results, ws, SEED, count, dtype, ops)
     for dtype in LARGE_DTYPES:
         ops = list(LARGE_OPS)
-        results = world.run(cases_allreduce.allreduce_ops, seed=SEED, count=LARGE, dtype=dtype, ops=ops)
+        results = run(cases_allreduce.allreduce_ops, seed=SEED, count=LARGE, dtype=dtype, ops=ops)
         failures += check_allreduce(results, ws, SEED, LARGE, dtype, ops)
-    results = world.run(cases_allreduce.allreduce_counts, seed=SEED, counts=SWEEP_COUNTS,
-                        dtypes=SWEEP_DTYPES)
+    results = run(cases_allreduce.allreduce_counts, seed=SEED, counts=SWEEP_COUNTS, dtypes=SWEEP_DTYPES)
     failures += check_count_sweep(results, ws)
     assert not failures, refs.report(failures)
 
-    used = algorithms_used(world)
+    used = algorithms_used(world, since)
     assert set(used) == {algo}, f"RINGX_ALGO=all_reduce:{algo} but the logs show {used}"

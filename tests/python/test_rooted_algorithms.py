@@ -14,6 +14,7 @@ import pytest
 import cases_collectives_barrier
 import cases_collectives_gather
 import cases_collectives_reduce
+import cases_forced
 import harness
 import refs
 
@@ -28,70 +29,75 @@ ALGOS = {"tree": "gather:binomial,scatter:binomial,reduce:binomial,barrier:disse
 ALGO_LINE = re.compile(r"ringx: (gather|scatter|reduce|barrier) \(rank \d+, seq \d+\): algorithm (\w+),")
 
 
-def algorithms_used(world):
+def algorithms_used(world, since):
     used = {}
     for r in range(world.size):
-        for m in ALGO_LINE.finditer(world.log_text(r)):
+        for m in ALGO_LINE.finditer(world.log_text(r, since[r])):
             used.setdefault(m.group(1), set()).add(m.group(2))
     return used
 
 
 @pytest.mark.parametrize("ws", (2, 3, 4), ids=lambda w: f"ws{w}")
 @pytest.mark.parametrize("family", sorted(ALGOS))
-def test_forced_rooted_algorithm_matches_reference(family, ws):
+def test_forced_rooted_algorithm_matches_reference(forced_worlds, family, ws):
     failures = []
-    with harness.World(ws, env={"RINGX_ALGO": ALGOS[family], "RINGX_DEBUG": "INFO"}) as world:
-        roots = list(range(ws))
-        for dtype in DTYPES:
-            gathered = world.run(cases_collectives_gather.gather_roots, seed=SEED, dtype=dtype, counts=COUNTS,
-                                 roots=roots)
-            scattered = world.run(cases_collectives_gather.scatter_roots, seed=SEED, dtype=dtype, counts=COUNTS,
-                                  roots=roots)
-            ops = ["SUM", "MAX"] + (["AVG"] if dtype != "int64" else [])
-            reduced = world.run(cases_collectives_reduce.reduce_roots, seed=SEED, dtype=dtype, counts=COUNTS,
-                                ops=ops, roots=roots)
-            for kind, res in (("gather", gathered), ("scatter", scattered), ("reduce", reduced)):
-                failures += refs.errors_of(res, f"{kind} {family} {dtype} world {ws}")
-            for root in roots:
-                for count in COUNTS:
-                    gs = refs.seed_for(SEED, "gather", root)
-                    ss = refs.seed_for(SEED, "scatter", root)
-                    for r in range(ws):
-                        where = f"rank {r}, root {root}, {dtype} count {count} world {ws} ({family})"
-                        if (root, count) in gathered[r]:
-                            got = gathered[r][(root, count)]
-                            msg = (refs.compare(got, refs.concat_inputs(gs, range(ws), dtype, count), None,
-                                                f"gather {where}", dtype) if r == root else
-                                   refs.compare(got[1], refs.make_input(gs, r, dtype, count), None,
-                                                f"gather {where}: input modified", dtype))
-                            if msg:
-                                failures.append(msg)
-                        if (root, count) in scattered[r]:
-                            got, _ = scattered[r][(root, count)]
-                            msg = refs.compare(got, refs.make_input(ss, r, dtype, count), None,
-                                               f"scatter {where}", dtype)
-                            if msg:
-                                failures.append(msg)
-                    for op in ops:
-                        if (root, op, count) not in reduced[root]:
-                            continue
-                        expected, tol = refs.expected_reduction(refs.seed_for(SEED, "reduce", root), ws, dtype,
-                                                                count, op)
-                        msg = refs.compare(reduced[root][(root, op, count)], expected, tol,
-                                           f"reduce {op} root {root}, {dtype} count {count} world {ws}", dtype)
+    world = forced_worlds(ws)
+
+    def run(case, **kwargs):
+        return world.run(cases_forced.on_forced_group, spec=ALGOS[family], case=harness.case_name(case), **kwargs)
+
+    since = world.log_sizes()
+    roots = list(range(ws))
+    for dtype in DTYPES:
+        gathered = run(cases_collectives_gather.gather_roots, seed=SEED, dtype=dtype, counts=COUNTS,
+                       roots=roots)
+        scattered = run(cases_collectives_gather.scatter_roots, seed=SEED, dtype=dtype, counts=COUNTS,
+                        roots=roots)
+        ops = ["SUM", "MAX"] + (["AVG"] if dtype != "int64" else [])
+        reduced = run(cases_collectives_reduce.reduce_roots, seed=SEED, dtype=dtype, counts=COUNTS,
+                      ops=ops, roots=roots)
+        for kind, res in (("gather", gathered), ("scatter", scattered), ("reduce", reduced)):
+            failures += refs.errors_of(res, f"{kind} {family} {dtype} world {ws}")
+        for root in roots:
+            for count in COUNTS:
+                gs = refs.seed_for(SEED, "gather", root)
+                ss = refs.seed_for(SEED, "scatter", root)
+                for r in range(ws):
+                    where = f"rank {r}, root {root}, {dtype} count {count} world {ws} ({family})"
+                    if (root, count) in gathered[r]:
+                        got = gathered[r][(root, count)]
+                        msg = (refs.compare(got, refs.concat_inputs(gs, range(ws), dtype, count), None,
+                                            f"gather {where}", dtype) if r == root else
+                               refs.compare(got[1], refs.make_input(gs, r, dtype, count), None,
+                                            f"gather {where}: input modified", dtype))
                         if msg:
                             failures.append(msg)
-        late = world.run(cases_collectives_barrier.barrier_waits_for_late_rank, late_rank=ws - 1, delay_s=0.2,
-                         repeats=3)
-        failures += refs.errors_of(late, f"barrier {family} world {ws}")
-        if not failures:
-            for i, entered in enumerate(late[ws - 1]["enter"]):
-                early = [r for r in range(ws) if late[r]["leave"][i] < entered]
-                if early:
-                    failures.append(f"barrier {family} world {ws}: rank(s) {early} left barrier {i} before rank "
-                                    f"{ws - 1} entered it")
-            failures += [f"rank {r}: async barrier not completed" for r in range(ws) if not late[r]["async"]]
-        used = algorithms_used(world)
+                    if (root, count) in scattered[r]:
+                        got, _ = scattered[r][(root, count)]
+                        msg = refs.compare(got, refs.make_input(ss, r, dtype, count), None,
+                                           f"scatter {where}", dtype)
+                        if msg:
+                            failures.append(msg)
+                for op in ops:
+                    if (root, op, count) not in reduced[root]:
+                        continue
+                    expected, tol = refs.expected_reduction(refs.seed_for(SEED, "reduce", root), ws, dtype,
+                                                            count, op)
+                    msg = refs.compare(reduced[root][(root, op, count)], expected, tol,
+                                       f"reduce {op} root {root}, {dtype} count {count} world {ws}", dtype)
+                    if msg:
+                        failures.append(msg)
+    late = run(cases_collectives_barrier.barrier_waits_for_late_rank, late_rank=ws - 1, delay_s=0.2,
+               repeats=3)
+    failures += refs.errors_of(late, f"barrier {family} world {ws}")
+    if not failures:
+        for i, entered in enumerate(late[ws - 1]["enter"]):
+            early = [r for r in range(ws) if late[r]["leave"][i] < entered]
+            if early:
+                failures.append(f"barrier {family} world {ws}: rank(s) {early} left barrier {i} before rank "
+                                f"{ws - 1} entered it")
+        failures += [f"rank {r}: async barrier not completed" for r in range(ws) if not late[r]["async"]]
+    used = algorithms_used(world, since)
     assert not failures, refs.report(failures)
     want = dict(entry.split(":") for entry in ALGOS[family].split(","))
     assert used == {coll: {algo} for coll, algo in want.items()}, f"RINGX_ALGO={ALGOS[family]} but the logs show {used}"
