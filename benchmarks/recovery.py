@@ -32,7 +32,6 @@ aborts the group and reports through errored() instead: gloo's own recovery time
 """
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -44,6 +43,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import torchft_replicas  # noqa: E402
+from _bench_out import print_table, spread, write_runs  # noqa: E402
 
 MODES = ["shrink", "restart"] + torchft_replicas.BACKENDS
 KILL_STEP = 10
@@ -111,7 +111,8 @@ def main(argv=None):
                     else:
                         r = torchft_replicas.run_kill_and_heal(out, b)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
-                except AssertionError as err:
+                except (AssertionError, statistics.StatisticsError) as err:
+                    # A run too short to time (no two steps before the kill) fails as one.
                     # The first line says what failed; the replicas' log tails follow, for the JSON.
                     runs[b].append({"ok": False, "error": str(err).splitlines()[0], "logs": str(err)[-6000:]})
             last = runs[b][-1]
@@ -119,23 +120,12 @@ def main(argv=None):
                                                  f"{last['step_s'] * 1e3:.0f} ms" if last["ok"] else
                                                  f"failed: {last['error']}"), flush=True)
 
-    print("\n| mode | runs ok | recovery s (min / median / max) | step ms (median of runs) |")
-    print("|---|---|---|---|")
-    for b in modes:
-        ok = [r for r in runs[b] if r["ok"]]
-        if ok:
-            rec = sorted(r["recovery_s"] for r in ok)
-            step = statistics.median(r["step_s"] for r in ok) * 1e3
-            print(f"| {b} | {len(ok)}/{len(runs[b])} | {rec[0]:.2f} / {statistics.median(rec):.2f} / "
-                  f"{rec[-1]:.2f} | {step:.0f} |")
-        else:
-            print(f"| {b} | 0/{len(runs[b])} | - | - |")
+    print_table(["mode", "runs ok", "recovery s (min / median / max)", "step ms (median of runs)"],
+                [((b,), runs[b]) for b in modes],
+                [lambda ok: spread([r["recovery_s"] for r in ok]),
+                 lambda ok: f"{statistics.median(r['step_s'] for r in ok) * 1e3:.0f}"])
 
-    path = a.json or os.path.join("bench-results", f"recovery-{datetime.datetime.now():%Y-%m-%d-%H%M%S}.json")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"argv": sys.argv[1:], "runs": runs}, f, indent=1)
-    print(f"\nJSON: {path}")
+    write_runs("recovery", a.json, runs)
 
 
 if __name__ == "__main__":

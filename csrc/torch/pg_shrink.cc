@@ -3,16 +3,18 @@
 // excluded rank (an init_method=tcp:// store lives in rank 0's process).
 //
 // The parent's communicator stops and hands its transport over
-// (Communicator::release). Over those connections the survivors exchange
-// one message each (core/engine/shrink_exchange.h): the ranks each excludes,
-// which must agree, and from the first survivor the port of a store it has
-// just started and the addresses it may be reached at. The child group is
-// then created on that store as any ringx group is, with shared memory, CMA
-// and the hierarchy re-learnt for the survivors. A fresh bootstrap rather
-// than a view of the parent's transport: no message the parent's ops left in
-// flight can match a tag of the child's.
+// (Communicator::release), and each survivor restarts its chunk counters in
+// the parent's shared-memory areas. Over those connections the survivors
+// exchange one message each (core/engine/shrink_exchange.h): the ranks each
+// excludes, which must agree, the channel each proposes for the child's
+// messages, and from the first survivor the port of a store it has just
+// started for the child's later subgroups and the addresses it may be
+// reached at. The child group is then the parent re-indexed: a subset of its
+// transport on the largest channel proposed (so no message the parent's ops
+// left in flight can match one of the child's), the survivors' part of its
+// shared-memory areas and CMA probes, and its settings, which the ranks
+// agreed on when it was built. Nothing waits on a store.
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <arpa/inet.h>
@@ -21,9 +23,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iomanip>
+#include <sstream>
 
 #include "core/common/log.h"
 #include "core/engine/shrink_exchange.h"
+#include "torch/lazy_store.h"
 #include "torch/process_group_ringx.hpp"
 #include "torch/without_gil.h"
 
@@ -35,10 +40,11 @@ namespace {
 constexpr int kShrinkDefault = 0;
 constexpr int kShrinkAbort = 1;
 
-// One survivor's message: the ranks it excludes, then (from the first
-// survivor only) its store's port and addresses.
+// One survivor's message: the ranks it excludes, the channel it proposes,
+// then (from the first survivor only) its store's port and addresses.
 struct ShrinkCard {
   std::vector<int64_t> excluded;
+  uint32_t channel = 0;
   uint16_t port = 0;
   std::vector<std::string> addresses;
 
@@ -50,6 +56,7 @@ struct ShrinkCard {
     uint32_t n = uint32_t(excluded.size());
     put(&n, sizeof(n));
     put(excluded.data(), excluded.size() * sizeof(int64_t));
+    put(&channel, sizeof(channel));
     put(&port, sizeof(port));
     for (const std::string& a : addresses) {
       uint32_t len = uint32_t(a.size());
@@ -71,6 +78,7 @@ struct ShrinkCard {
     take(&n, sizeof(n));
     c.excluded.resize(n);
     take(c.excluded.data(), n * sizeof(int64_t));
+    take(&c.channel, sizeof(c.channel));
     take(&c.port, sizeof(c.port));
     while (at < in.size()) {
       uint32_t len = 0;
@@ -150,6 +158,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::shrink(const std::vector<in
   const auto timeout = opts ? opts->timeout : timeout_.load();
 
   std::lock_guard<std::mutex> lock(shrinkMu_);
+  if (shrunk_) {
+    backendError("this group was shrunk already, and its connections serve the group that shrink_group returned "
+                 "then; shrink that group instead");
+  }
   if (!shrinkTransport_) {
     // A failed group's ops are failing already; a healthy one's would be cut.
     const int inFlight = comm_->opsInFlight();
@@ -166,11 +178,14 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::shrink(const std::vector<in
       backendError("the group was aborted or shut down before, which closed its connections; shrink a group "
                    "before aborting or destroying it");
     }
+    for (ShmArea* area : {shm_.get(), hostShm_.get()}) {
+      if (area) area->restart();
+    }
   }
   const uint64_t tag = kShrinkTagBase + shrinkAttempts_++;
 
   c10::intrusive_ptr<c10d::Store> store;
-  ShrinkCard mine{excluded, 0, {}};
+  ShrinkCard mine{excluded, shrinkTransport_->nextChannel(), 0, {}};
   if (newSize == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else if (newRank == 0) {
@@ -215,46 +230,115 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRingx::shrink(const std::vector<in
   }
   const auto agreedMs = ms(start);
   const auto exchanged = Clock::now();
+  // Every survivor sees every card, so all take the same channel, or all
+  // find one that has none left.
+  uint32_t channel = mine.channel;
+  bool noChannel = mine.channel == 0;
+  for (auto& [peer, card] : cards) {
+    const uint32_t theirs = ShrinkCard::decode(card).channel;
+    channel = std::max(channel, theirs);
+    noChannel = noChannel || theirs == 0;
+  }
+  std::unique_ptr<Transport> transport = noChannel ? nullptr : shrinkTransport_->subset(survivors, channel);
+  if (!transport) {
+    backendError("the group's connections cannot serve another shrunk group (a " + shrinkTransport_->name() +
+                 " transport of " + std::to_string(size_) + " ranks has no message channel left); create the "
+                 "group anew on a store instead");
+  }
   if (newRank != 0 && newSize > 1) {
     const int first = survivors[0];
     ShrinkCard theirs = ShrinkCard::decode(cards.at(first));
     std::vector<std::string> candidates;
     if (topology_.hostOf.at(size_t(first)) == topology_.hostOf.at(size_t(rank_))) candidates.push_back("127.0.0.1");
     candidates.insert(candidates.end(), theirs.addresses.begin(), theirs.addresses.end());
+    const uint16_t port = theirs.port;
     // A connection that opens and closes unused (a bare TCP probe) made
     // torch's store server stop serving new clients now and then (seen at
     // world 8): each address is tried as a store client instead, briefly
     // unless it is the last.
-    std::string failures;
-    withoutGil([&] {
-      for (size_t i = 0; i < candidates.size() && !store; ++i) {
+    auto connect = [candidates, port, first, timeout, where]() -> c10::intrusive_ptr<c10d::Store> {
+      std::string failures;
+      for (size_t i = 0; i < candidates.size(); ++i) {
         c10d::TCPStoreOptions so;
-        so.port = theirs.port;
+        so.port = port;
         so.waitWorkers = false;
         so.timeout = i + 1 < candidates.size() ? std::min(timeout, std::chrono::milliseconds(2000)) : timeout;
         try {
-          store = c10::make_intrusive<c10d::TCPStore>(candidates[i], so);
-          store->setTimeout(timeout);
+          return c10::make_intrusive<c10d::TCPStore>(candidates[i], so);
         } catch (const c10::Error& e) {
           failures += "; " + candidates[i] + ": " + e.what_without_backtrace();
         }
       }
-    });
-    if (!store) {
-      backendError("connecting to rank " + std::to_string(first) + "'s store (port " +
-                   std::to_string(theirs.port) + ") failed at every address it has" + failures);
-    }
+      throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)},
+                                  where + "connecting to rank " + std::to_string(first) +
+                                      "'s store for the shrunk group's subgroups (port " + std::to_string(port) +
+                                      ") failed at every address it has" + failures);
+    };
+    store = c10::make_intrusive<LazyStore>(std::move(connect), timeout);
   }
-  c10::intrusive_ptr<ProcessGroupRingx> child;
-  withoutGil([&] {
-    child = c10::make_intrusive<ProcessGroupRingx>(c10::make_intrusive<c10d::PrefixStore>("ringx/shrunk", store),
-                                                   newRank, newSize, timeout);
-  });
+  auto child = c10::make_intrusive<ProcessGroupRingx>(*this, std::move(transport), survivors, timeout);
   child->bootstrapStore_ = store;
+  shrinkTransport_.reset();
+  shrunk_ = true;
   RINGX_LOG(Info, where << "excluding " << listOf(excluded) << ", this rank is rank " << newRank << " of "
-                        << newSize << "; the parent stopped and the survivors agreed in " << agreedMs << " ms, the group was "
-                        << "created in " << ms(exchanged) << " ms more");
+                        << newSize << " (message channel " << channel << "); the parent stopped and the survivors "
+                        << "agreed in " << agreedMs << " ms, the group was created in " << ms(exchanged)
+                        << " ms more");
   return child;
+}
+
+ProcessGroupRingx::ProcessGroupRingx(const ProcessGroupRingx& parent, std::unique_ptr<Transport> transport,
+                                     const std::vector<int>& ranks, std::chrono::milliseconds timeout)
+    : c10d::Backend(transport->rank(), transport->size()),
+      topology_(parent.topology_.subset(ranks)),
+      timeout_(timeout),
+      segmentBytes_(parent.segmentBytes_),
+      algo_(parent.algo_) {
+  const auto start = std::chrono::steady_clock::now();
+#ifdef RINGX_WITH_CUDA
+  cudaPath_ = parent.cudaPath_;
+  cudaIpcBytes_ = parent.cudaIpcBytes_;
+  cudaStageBytes_ = parent.cudaStageBytes_;
+  blockingWait_ = parent.blockingWait_;
+  asyncTeardown_ = parent.asyncTeardown_;
+  ipcGroupRefusal_ = parent.ipcGroupRefusal_;
+  if (cudaPath_ == CudaPath::Ipc && ipcGroupRefusal_.empty()) {
+    ipcGroupRefusal_ = "a group made by shrink_group has no store to exchange ipc handles through";
+  }
+#endif
+  CommOptions copts = parent.comm_->options();
+  copts.timeout = timeout;
+  copts.bell = nullptr;
+  // A parent's host area holds the ranks of this host by their local rank.
+  auto local = [&](const std::vector<int>& childRanks) {
+    std::vector<int> out;
+    for (int c : childRanks) {
+      const auto& on = parent.hostLayout_.local;
+      out.push_back(int(std::find(on.begin(), on.end(), ranks[size_t(c)]) - on.begin()));
+    }
+    return out;
+  };
+  HostLayout layout = HostLayout::of(topology_, rank_);
+  if (parent.shm_) {
+    shm_ = parent.shm_->subset(ranks);
+    if (shm_ && parent.cma_) cma_ = parent.cma_->subset(ranks);
+  } else if (parent.hostShm_ && topology_.singleHost()) {
+    std::vector<int> everyone(ranks.size());
+    for (size_t c = 0; c < ranks.size(); ++c) everyone[c] = int(c);
+    shm_ = parent.hostShm_->subset(local(everyone));
+  } else if (parent.hostShm_ && layout.hosts) {
+    hostShm_ = parent.hostShm_->subset(local(layout.local));
+    hostShm_->setGroupRanks(layout.local);
+    layout.shm = hostShm_.get();
+    hostLayout_ = std::move(layout);
+  }
+  if (shm_) copts.bell = shm_->bell();
+  if (hostShm_) copts.bell = hostShm_->bell();
+  comm_ = std::make_shared<Communicator>(std::move(transport), copts);
+  std::ostringstream took;
+  took << "from the parent's connections and shared memory " << std::fixed << std::setprecision(1)
+       << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() << " ms";
+  logUp(took.str());
 }
 
 }  // namespace ringx

@@ -134,10 +134,9 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
         // without its area makes the whole group take the flat ones.
         adapter.set(prefix + "/hostshm/" + std::to_string(rank), {uint8_t(hostShm_ ? 1 : 0)});
         bool everyHost = true;
+        const auto verdicts = getFromEveryRank(adapter, prefix + "/hostshm", size);
         for (int p = 0; p < size; ++p) {
-          if (p != rank && adapter.get(prefix + "/hostshm/" + std::to_string(p)) != std::vector<uint8_t>{1}) {
-            everyHost = false;
-          }
+          if (p != rank && verdicts[size_t(p)] != std::vector<uint8_t>{1}) everyHost = false;
         }
         if (!everyHost) hostShm_.reset();
       }
@@ -166,7 +165,12 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     }
     throwBackendError("ringx: creating the communicator (rank " + std::to_string(rank) + ") failed: " + e.what());
   }
-  RINGX_LOG(Info, "ringx: rank " << rank << "/" << size << " up (" << phases.str() << "), timeout " << timeout.count()
+  logUp(phases.str());
+}
+
+void ProcessGroupRingx::logUp(const std::string& phases) const {
+  if (logLevel() < LogLevel::Info) return;
+  RINGX_LOG(Info, "ringx: rank " << rank_ << "/" << size_ << " up (" << phases << "), timeout " << timeout_.load().count()
                                   << " ms; "
                                   << topology_.describe() << "; this rank reaches "
                                   << (shm_ ? "every rank through shared memory"

@@ -66,6 +66,11 @@ class ProcessGroupRingx : public c10d::Backend {
  public:
   ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
+  // The group of `ranks` (ranks of `parent`) that shrink() builds: over
+  // `transport`, the subset of the parent's connections, with the parent's
+  // shared-memory areas and settings re-indexed, and no store (pg_shrink.cc).
+  ProcessGroupRingx(const ProcessGroupRingx& parent, std::unique_ptr<Transport> transport,
+                    const std::vector<int>& ranks, std::chrono::milliseconds timeout);
   ~ProcessGroupRingx() override;
 
   const std::string getBackendName() const override { return "ringx"; }
@@ -79,13 +84,16 @@ class ProcessGroupRingx : public c10d::Backend {
 
   // dist.shrink_group: a new ringx group over the ranks not excluded, built
   // over this group's connections without its store (pg_shrink.cc). This
-  // group stops: its ops fail, and it can only be destroyed.
+  // group stops: its ops fail, and it can only be destroyed; what the new
+  // group shares with it (UCX worker and endpoints, shared-memory segments)
+  // lasts as long as either does.
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int flags = 0,
                                            const c10::intrusive_ptr<Options>& opts = nullptr) override;
-  // The store a shrunk group was created on (null for others): alive as long
-  // as a survivor's group is, unlike the parent's, which an excluded rank
-  // may have taken with it.
+  // A store for a shrunk group's later subgroups (null for others), served
+  // by its first rank: alive as long as a survivor's group is, unlike the
+  // parent's, which an excluded rank may have taken with it. The group
+  // itself was built without it.
   c10::intrusive_ptr<c10d::Store> bootstrapStore() const { return bootstrapStore_; }
 
   // Reductions.
@@ -338,6 +346,8 @@ class ProcessGroupRingx : public c10d::Backend {
                         const std::vector<int64_t>& outputSplitSizes,
                         const std::vector<int64_t>& inputSplitSizes) const;
   std::chrono::milliseconds timeoutFor(std::chrono::milliseconds requested) const;
+  // "ringx: rank r/n up (<phases>) ...", at INFO.
+  void logUp(const std::string& phases) const;
 
   // Declared before comm_ so that they outlive the progress thread. shm_
   // when every rank is on this host; hostShm_ (this host's ranks only) when
@@ -376,11 +386,13 @@ class ProcessGroupRingx : public c10d::Backend {
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
 
   // Shrink: the connections the communicator handed over (kept so that a
-  // failed shrink can be retried), the attempts so far (each exchanges under
-  // a tag of its own) and, in a shrunk group, the store it was built on.
+  // failed shrink can be retried; handed on to the group a shrink built),
+  // the attempts so far (each exchanges under a tag of its own), whether a
+  // shrink built a group and, in a shrunk group, its subgroups' store.
   std::mutex shrinkMu_;
   std::unique_ptr<Transport> shrinkTransport_;
   uint64_t shrinkAttempts_ = 0;
+  bool shrunk_ = false;
   c10::intrusive_ptr<c10d::Store> bootstrapStore_;
 };
 

@@ -221,3 +221,81 @@ TEST_CASE("ucx transport: a peer on this host that destroys its transport while 
     RANK_REQUIRE(t->failedPeers() == std::vector<int>{1});
   });
 }
+
+// What a shrunk group's transport must guarantee: messages the parent left
+// unreceived (a failed collective's) never match the child's receives, by
+// source or from any source; sources are the child's ranks; and the child
+// keeps working once the parent's transport is gone.
+TEST_CASE("ucx transport: a subset's receives never take what the parent left unreceived, and outlive the parent") {
+  MemoryStore store;
+  onEachRank(3, [&](int r) {
+    auto parent = makeUcxTransport(store, r, 3, {});
+    auto sendNow = [](Transport& t, int peer, uint64_t tag, const int& v) {
+      bool sent = false;
+      t.isend(peer, tag, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult&) { sent = true; });
+      return pumpUntil(t, sent);
+    };
+    auto receive = [](Transport& t, int peer, uint64_t tag, TransferResult& got) {
+      int v = -1;
+      bool done = false;
+      t.irecv(peer, tag, &v, sizeof(v), MemoryKind::Host, [&](const TransferResult& res) {
+        got = res;
+        done = true;
+      });
+      return pumpUntil(t, done) ? v : -2;
+    };
+    // Ranks 0 and 2 leave a message each for rank 1 on the parent's channel,
+    // then a marker behind it: once rank 1 has the markers, the stale
+    // messages wait in its unexpected queue.
+    const int stale = 100 + r, marker = 1;
+    if (r != 1) {
+      bool staleSent = sendNow(*parent, 1, r == 0 ? 8 : 7, stale);
+      RANK_REQUIRE(staleSent);
+      bool markerSent = sendNow(*parent, 1, 99, marker);
+      RANK_REQUIRE(markerSent);
+    } else {
+      TransferResult got;
+      const int fromZero = receive(*parent, 0, 99, got);
+      const int fromTwo = receive(*parent, 2, 99, got);
+      RANK_REQUIRE(fromZero == marker);
+      RANK_REQUIRE(fromTwo == marker);
+    }
+    store.add("stale-left", 1);
+    while (store.add("stale-left", 0) < 3) parent->progress();
+    if (r == 0) {
+      // Excluded, alive: it destroys its transport at once.
+      parent.reset();
+      return;
+    }
+    const uint32_t channel = parent->nextChannel();
+    RANK_REQUIRE(channel == 1);
+    parent->forgetPending();
+    auto child = parent->subset({1, 2}, channel);
+    RANK_REQUIRE(child != nullptr);
+    const int childRank = child->rank(), childSize = child->size();
+    const uint32_t nextChannel = parent->nextChannel();
+    RANK_REQUIRE(childRank == r - 1);
+    RANK_REQUIRE(childSize == 2);
+    RANK_REQUIRE(nextChannel == 2);
+    parent.reset();
+    for (int round = 0; round < 2; ++round) {
+      if (r == 2) {
+        bool bySource = sendNow(*child, 0, 7, 200 + round);
+        RANK_REQUIRE(bySource);
+        bool anySource = sendNow(*child, 0, 8, 300 + round);
+        RANK_REQUIRE(anySource);
+      } else {
+        TransferResult bySource, anySource;
+        const int first = receive(*child, 1, 7, bySource);
+        const int second = receive(*child, kAnySource, 8, anySource);
+        RANK_REQUIRE(first == 200 + round);
+        RANK_REQUIRE(bySource.source == 1);
+        RANK_REQUIRE(second == 300 + round);
+        RANK_REQUIRE(anySource.source == 1);
+      }
+    }
+    store.add("child-done", 1);
+    bool never = false;
+    while (store.add("child-done", 0) < 2) pumpUntil(*child, never, 0s);
+  });
+}

@@ -90,6 +90,29 @@ def test_shrink_api():
         assert_ok(out[r].result("default_2"), out)
 
 
+def test_shrunk_group_reuses_its_parents_connections():
+    """A shrunk group is its parent's connections and shared memory re-indexed: no
+    survivor but the first opens a socket in shrink_group; the group outlives its
+    destroyed parent; an excluded rank that lives destroys the parent at once; it
+    shrinks again over the same connections; and the default group shrinks after the
+    rank that hosts its store died."""
+    out = launch("shrink_reuse.py", 4, FAULT_TIMEOUT)
+    for r in (1, 2, 3):
+        assert_clean_exit(out[r], out)
+        assert_ok(out[r].result("store_gone"), out)
+    for r in (0, 1, 2):
+        res = out[r]
+        assert_ok(res.result("no_connection"), out)
+        assert_ok(res.result("parent_gone"), out)
+        # Rank 0 serves that store: its listening socket is its own.
+        opened = res.event("sockets")["opened"]
+        assert r == 0 or opened == 0, f"rank {r} opened {opened} socket(s)\n{out.report()}"
+    for r in (0, 1):
+        assert_ok(out[r].result("second"), out)
+    assert_ok(out[3].result("excluded_alive"), out)
+    assert out[3].event("excluded_destroy")["seconds"] <= DESTROY_S, out.report()
+
+
 def test_ddp_survives_two_deaths():
     """DDP at world 4: global rank 2 is SIGKILLed mid-step, the survivors shrink and go on;
     then global rank 0 (the store's host) dies too and the last two go on.  Their

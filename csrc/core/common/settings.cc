@@ -271,8 +271,7 @@ void checkSettingsAgree(Store& store, const std::string& keyPrefix, int rank, in
   std::string message;
   if (rank == 0) {
     std::vector<std::map<std::string, std::string>> all;
-    for (int r = 0; r < size; ++r)
-      all.push_back(decode(store.get(keyPrefix + "/" + std::to_string(r))));
+    for (const auto& raw : getFromEveryRank(store, keyPrefix, size)) all.push_back(decode(raw));
     message = verdict(all);
     store.set(verdictKey, bytesOf(message));
   } else {

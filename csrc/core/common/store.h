@@ -15,7 +15,23 @@ class Store {
   // Blocks until the key exists (bounded by the store's own timeout).
   virtual std::vector<uint8_t> get(const std::string& key) = 0;
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // get() of each key, once all exist. A store that can fetch many keys in
+  // one round trip says so here: group creation reads one key of every rank
+  // per phase, and on a shared store server those round trips, not the
+  // work, set how long creating a group of many ranks takes.
+  virtual std::vector<std::vector<uint8_t>> getAll(const std::vector<std::string>& keys) {
+    std::vector<std::vector<uint8_t>> out;
+    for (const std::string& k : keys) out.push_back(get(k));
+    return out;
+  }
 };
+
+// Every rank's value of a key published as `keyPrefix`/rank, by rank.
+inline std::vector<std::vector<uint8_t>> getFromEveryRank(Store& store, const std::string& keyPrefix, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(keyPrefix + "/" + std::to_string(r));
+  return store.getAll(keys);
+}
 
 // ringx keeps strings in the store.
 inline std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }

@@ -69,14 +69,18 @@ Topology Topology::exchange(Store& store, const std::string& keyPrefix, int rank
   store.set(keyPrefix + "/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   Topology t;
   std::map<std::string, int> index;
+  const auto all = getFromEveryRank(store, keyPrefix, size);
   for (int r = 0; r < size; ++r) {
-    std::string id = mine;
-    if (r != rank) {
-      auto v = store.get(keyPrefix + "/" + std::to_string(r));
-      id.assign(v.begin(), v.end());
-    }
+    const std::string id = r == rank ? mine : stringOf(all[size_t(r)]);
     t.hostOf.push_back(index.emplace(id, int(index.size())).first->second);
   }
+  return t;
+}
+
+Topology Topology::subset(const std::vector<int>& ranks) const {
+  Topology t;
+  std::map<int, int> index;
+  for (int r : ranks) t.hostOf.push_back(index.emplace(hostOf[size_t(r)], int(index.size())).first->second);
   return t;
 }
 

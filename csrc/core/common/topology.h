@@ -28,6 +28,8 @@ struct Topology {
   // Collective over the group's ranks: each publishes its host identity under
   // `keyPrefix` and reads everyone's.
   static Topology exchange(Store& store, const std::string& keyPrefix, int rank, int size);
+  // The topology of a group of `ranks` (ranks of this one), in that order.
+  Topology subset(const std::vector<int>& ranks) const;
 };
 
 }  // namespace ringx

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,24 @@ class Transport {
   // for a new owner (a group shrunk from this one): receives are cancelled,
   // and no callback of a transfer posted so far runs any more.
   virtual void forgetPending() = 0;
+
+  // A group shrunk from this one reuses its connections (dist.shrink_group
+  // must not need the store, which may have died with an excluded rank).
+  // subset() is a transport among `ranks` (ranks of this transport, in the
+  // new group's order, this rank among them) over the same connections, on
+  // `channel`: its messages never match those of another channel, so
+  // nothing the parent left in flight reaches the child. Channels are
+  // agreed by the ranks: each proposes nextChannel() and all take the
+  // largest. The two may outlive each other, but only one is used at a time
+  // (the parent only after forgetPending(), and not once its child exists).
+  // Null where the transport cannot share its connections, or has no
+  // channel left; nextChannel() is 0 then.
+  virtual uint32_t nextChannel() const { return 0; }
+  virtual std::unique_ptr<Transport> subset(const std::vector<int>& ranks, uint32_t channel) {
+    (void)ranks;
+    (void)channel;
+    return nullptr;
+  }
 };
 
 }  // namespace ringx

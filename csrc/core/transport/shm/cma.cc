@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -75,17 +76,18 @@ std::unique_ptr<Cma> Cma::create(Store& store, const std::string& keyPrefix, int
   }
   allowSiblingReaders();
   std::unique_ptr<Cma> cma(new Cma(rank, size));
-  cma->probePage_ = std::aligned_alloc(kPageBytes, kPageBytes);
+  cma->probePage_ = std::shared_ptr<void>(std::aligned_alloc(kPageBytes, kPageBytes), std::free);
   if (!cma->probePage_) throw Error(ErrorKind::Internal, "ringx: single-copy probe: out of memory");
-  std::memset(cma->probePage_, 0, kPageBytes);
+  std::memset(cma->probePage_.get(), 0, kPageBytes);
   const ProbeWords mine{kProbeMagic, uint64_t(::getpid()), uint64_t(rank)};
-  std::memcpy(cma->probePage_, &mine, sizeof(mine));
+  std::memcpy(cma->probePage_.get(), &mine, sizeof(mine));
 
   const std::string me = std::to_string(::getpid()) + " " +
-                         std::to_string(reinterpret_cast<uintptr_t>(cma->probePage_));
+                         std::to_string(reinterpret_cast<uintptr_t>(cma->probePage_.get()));
   store.set(keyPrefix + "/cma/where/" + std::to_string(rank), bytesOf(me));
+  const auto published = getFromEveryRank(store, keyPrefix + "/cma/where", size);
   for (int p = 0; p < size; ++p) {
-    const std::string where = stringOf(store.get(keyPrefix + "/cma/where/" + std::to_string(p)));
+    const std::string where = stringOf(published[size_t(p)]);
     unsigned long long pid = 0, addr = 0;
     if (std::sscanf(where.c_str(), "%llu %llu", &pid, &addr) != 2) {
       throw Error(ErrorKind::Internal, "ringx: single-copy probe: rank " + std::to_string(p) +
@@ -101,9 +103,8 @@ std::unique_ptr<Cma> Cma::create(Store& store, const std::string& keyPrefix, int
   }
   store.set(keyPrefix + "/cma/verdict/" + std::to_string(rank), bytesOf(why));
   std::string off;
-  for (int p = 0; p < size && off.empty(); ++p) {
-    off = p == rank ? why : stringOf(store.get(keyPrefix + "/cma/verdict/" + std::to_string(p)));
-  }
+  const auto verdicts = getFromEveryRank(store, keyPrefix + "/cma/verdict", size);
+  for (int p = 0; p < size && off.empty(); ++p) off = p == rank ? why : stringOf(verdicts[size_t(p)]);
   if (off.empty()) {
     RINGX_LOG(Info, "ringx: rank "
                         << rank
@@ -122,7 +123,18 @@ std::unique_ptr<Cma> Cma::create(Store& store, const std::string& keyPrefix, int
   return nullptr;
 }
 
-Cma::~Cma() { std::free(probePage_); }
+Cma::~Cma() = default;
+
+std::unique_ptr<Cma> Cma::subset(const std::vector<int>& ranks) const {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  std::unique_ptr<Cma> cma(new Cma(int(me - ranks.begin()), int(ranks.size())));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    cma->pids_[i] = pids_[size_t(ranks[i])];
+    cma->probes_[i] = probes_[size_t(ranks[i])];
+  }
+  cma->probePage_ = probePage_;
+  return cma;
+}
 
 std::string Cma::probe(int peer) const {
   ProbeWords got{};

@@ -37,6 +37,11 @@ class Cma {
   Cma(const Cma&) = delete;
   Cma& operator=(const Cma&) = delete;
 
+  // For a group shrunk from this one, over `ranks` (this rank among them):
+  // what every rank learnt of the others still holds, so nothing is asked
+  // again. The probe page lasts as long as either does.
+  std::unique_ptr<Cma> subset(const std::vector<int>& ranks) const;
+
   int rank() const { return rank_; }
 
   // Copies `bytes` at address `remote` of rank `peer` to `local` (the local
@@ -62,7 +67,7 @@ class Cma {
   int rank_;
   std::vector<pid_t> pids_;
   std::vector<uint64_t> probes_;
-  void* probePage_ = nullptr;
+  std::shared_ptr<void> probePage_;
 };
 
 }  // namespace ringx

@@ -8,12 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "core/common/error.h"
@@ -72,9 +70,10 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   // The slot size, then the CPUs this rank may use.
   const std::string slotAndCpus = std::to_string(slotBytes) + " " + allowedCpus();
   store.set(keyPrefix + "/slot/" + std::to_string(rank), bytesOf(slotAndCpus));
+  const auto hosts = getFromEveryRank(store, keyPrefix + "/host", size);
   bool local = true;
   for (int p = 0; p < size; ++p) {
-    if (p != rank && stringOf(store.get(keyPrefix + "/host/" + std::to_string(p))) != host) local = false;
+    if (p != rank && stringOf(hosts[size_t(p)]) != host) local = false;
   }
   // Every rank reaches the same verdict from the same keys.
   if (!local || size < 2) return nullptr;
@@ -86,8 +85,9 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   // smallest.
   size_t agreed = slotBytes;
   std::set<int> cpus;
+  const auto slots = getFromEveryRank(store, keyPrefix + "/slot", size);
   for (int p = 0; p < size; ++p) {
-    std::istringstream in(p == rank ? slotAndCpus : stringOf(store.get(keyPrefix + "/slot/" + std::to_string(p))));
+    std::istringstream in(stringOf(slots[size_t(p)]));
     size_t theirs = 0;
     in >> theirs;
     agreed = std::min(agreed, theirs);
@@ -103,14 +103,16 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
 
   std::unique_ptr<ShmArea> area(new ShmArea(rank, size, slotBytes));
   area->cores_ = std::max<int>(1, int(cpus.size()));
-  area->mapBytes_ = kControlBytes + 2 * slotBytes;
+  area->segments_ = std::make_shared<Segments>();
+  const size_t mapBytes = kControlBytes + 2 * slotBytes;
+  area->segments_->bytes = mapBytes;
   std::random_device rd;
   const std::string name = "/ringx-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
                            std::to_string(rank);
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) fail("shm_open " + name);
   const UnlinkOnExit unlink{name};
-  if (::ftruncate(fd, off_t(area->mapBytes_)) != 0) {
+  if (::ftruncate(fd, off_t(mapBytes)) != 0) {
     ::close(fd);
     fail("ftruncate");
   }
@@ -120,18 +122,19 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   // claim them tells the others, so that all go without shared memory alike.
   int err = 0;
   do {
-    err = ::posix_fallocate(fd, 0, off_t(area->mapBytes_));
+    err = ::posix_fallocate(fd, 0, off_t(mapBytes));
   } while (err == EINTR);
   ::close(fd);
   // A rank publishes its segment's name, or "!" and why it has none.
   const std::string mine = err ? "!" + std::string(std::strerror(err)) : name;
   store.set(keyPrefix + "/shm/" + std::to_string(rank), bytesOf(mine));
   auto names = std::vector<std::string>(size_t(size));
+  const auto published = getFromEveryRank(store, keyPrefix + "/shm", size);
   std::string why;
   for (int p = 0; p < size; ++p) {
-    names[size_t(p)] = p == rank ? mine : stringOf(store.get(keyPrefix + "/shm/" + std::to_string(p)));
+    names[size_t(p)] = p == rank ? mine : stringOf(published[size_t(p)]);
     if (why.empty() && names[size_t(p)].starts_with("!")) {
-      why = "rank " + std::to_string(p) + " could not reserve " + std::to_string(area->mapBytes_) +
+      why = "rank " + std::to_string(p) + " could not reserve " + std::to_string(mapBytes) +
             " bytes in /dev/shm (" + names[size_t(p)].substr(1) + ")";
     }
   }
@@ -145,48 +148,74 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     return nullptr;
   }
 
-  area->maps_.assign(size, nullptr);
+  auto& maps = area->segments_->maps;
+  maps.assign(size, nullptr);
   for (int p = 0; p < size; ++p) {
     const std::string& peerName = names[size_t(p)];
     int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
     if (pfd < 0) fail("shm_open " + peerName);
     struct stat st {};
-    if (::fstat(pfd, &st) != 0 || size_t(st.st_size) < area->mapBytes_) {
+    if (::fstat(pfd, &st) != 0 || size_t(st.st_size) < mapBytes) {
       ::close(pfd);
       throw Error(ErrorKind::Internal, "ringx: shared memory (rank " + std::to_string(rank) + "): rank " +
                                            std::to_string(p) + "'s segment holds " + std::to_string(st.st_size) +
-                                           " bytes, not the " + std::to_string(area->mapBytes_) +
+                                           " bytes, not the " + std::to_string(mapBytes) +
                                            " this rank expects; are all ranks running the same ringx build?");
     }
-    void* m = ::mmap(nullptr, area->mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    void* m = ::mmap(nullptr, mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
     ::close(pfd);
     if (m == MAP_FAILED) fail("mmap " + peerName);
-    area->maps_[p] = m;
-    auto* base = static_cast<std::byte*>(m);
-    area->counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
-    area->headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
-    area->released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
-    area->data_.push_back(base + kControlBytes);
-    if (p == 0) area->bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(base + kBellOffset));
+    maps[p] = m;
   }
+  area->place(maps);
   // Once everyone has mapped every segment the names can go (UnlinkOnExit):
   // nothing is left in /dev/shm even if a process dies later.
-  store.add(keyPrefix + "/shm-mapped", 1);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
-  while (store.add(keyPrefix + "/shm-mapped", 0) < size) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw Error(ErrorKind::Timeout, "ringx: shared memory: timed out waiting for peers to map their segments");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // The last to map says so; the others wait for that key (bounded by the
+  // store's timeout) instead of polling the count.
+  if (store.add(keyPrefix + "/shm-mapped", 1) == size) store.set(keyPrefix + "/shm-all-mapped", {1});
+  store.get(keyPrefix + "/shm-all-mapped");
   return area;
 }
 
-ShmArea::~ShmArea() {
+void ShmArea::place(std::vector<void*> maps) {
+  maps_ = std::move(maps);
   for (void* m : maps_) {
-    if (m) ::munmap(m, mapBytes_);
+    auto* base = static_cast<std::byte*>(m);
+    counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
+    headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
+    released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
+    data_.push_back(base + kControlBytes);
+  }
+  // The doorbell lives in the first rank's block.
+  bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(static_cast<std::byte*>(maps_[0]) + kBellOffset));
+}
+
+std::unique_ptr<ShmArea> ShmArea::subset(const std::vector<int>& ranks) const {
+  if (ranks.size() < 2) return nullptr;
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  std::unique_ptr<ShmArea> area(new ShmArea(int(me - ranks.begin()), int(ranks.size()), slotBytes_));
+  area->segments_ = segments_;
+  // A shrink exchanges no affinity masks: the parent's union of them stands
+  // for the survivors'.
+  area->cores_ = cores_;
+  std::vector<void*> maps;
+  for (int r : ranks) maps.push_back(maps_[size_t(r)]);
+  area->place(std::move(maps));
+  return area;
+}
+
+void ShmArea::restart() const {
+  counter(rank_).store(0, std::memory_order_release);
+  released(rank_).store(0, std::memory_order_release);
+}
+
+ShmArea::Segments::~Segments() {
+  for (void* m : maps) {
+    if (m) ::munmap(m, bytes);
   }
 }
+
+ShmArea::~ShmArea() = default;
 
 std::byte* ShmArea::opRecord(int rank, int which) const {
   return static_cast<std::byte*>(maps_[rank]) + kOpRecordsOffset + size_t(which) * kOpRecordBytes;

@@ -34,6 +34,17 @@ class ShmArea {
   ShmArea(const ShmArea&) = delete;
   ShmArea& operator=(const ShmArea&) = delete;
 
+  // A group shrunk from this one takes the area of its ranks without a
+  // store: subset() is the area over the segments of `ranks` (area ranks,
+  // this rank among them), sharing their mappings, which last as long as
+  // either area does; null for fewer than two ranks. Its chunks start again
+  // from the first, so each of `ranks` first calls restart(): its counter
+  // and released chunk back to 0, as in a new segment. Lowering them never
+  // lets a peer's pending wait through; the ranks must then agree (the
+  // survivors' exchange) before any uses the subset.
+  std::unique_ptr<ShmArea> subset(const std::vector<int>& ranks) const;
+  void restart() const;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
@@ -108,13 +119,23 @@ class ShmArea {
 
  private:
   ShmArea(int rank, int size, size_t slotBytes) : rank_(rank), size_(size), slotBytes_(slotBytes) {}
+  // Places the blocks of the segments mapped at `maps`, by area rank.
+  void place(std::vector<void*> maps);
+
+  // Every segment the first area mapped, unmapped with the last area over
+  // them.
+  struct Segments {
+    std::vector<void*> maps;
+    size_t bytes = 0;
+    ~Segments();
+  };
 
   int rank_;
   int size_;
   size_t slotBytes_;
   int cores_ = 1;
-  size_t mapBytes_ = 0;
-  std::vector<void*> maps_;
+  std::shared_ptr<Segments> segments_;
+  std::vector<void*> maps_;  // this area's ranks' segments
   std::vector<std::byte*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<std::atomic<uint64_t>*> released_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -28,9 +29,14 @@ void check(ucs_status_t st, const char* what) {
   }
 }
 
-class UcxTransport final : public Transport {
+// The worker and its endpoints, shared by the transports over them: the
+// group's own (channel 0, every rank) and those of groups shrunk from it
+// (UcxView). A channel travels in the high bits of the tag's source field,
+// above the rank: receives match their channel only.
+class UcxWorker {
  public:
-  UcxTransport(Store& store, int rank, int size, const UcxOptions& opts) : rank_(rank), size_(size) {
+  UcxWorker(Store& store, int rank, int size, const UcxOptions& opts)
+      : rank_(rank), size_(size), rankBits_(std::bit_width(unsigned(size - 1))) {
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "config_read");
     if (!opts.tls.empty()) ucp_config_modify(config, "TLS", opts.tls.c_str());
@@ -135,7 +141,7 @@ class UcxTransport final : public Transport {
 #endif
   }
 
-  ~UcxTransport() override {
+  ~UcxWorker() {
     // Whoever posted these is gone: their completions must not run.
     forgetPending();
     // Sends that completed locally may still be on their way (eager
@@ -187,26 +193,31 @@ class UcxTransport final : public Transport {
     ucp_cleanup(context_);
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string name() const override { return "ucx"; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool failed(int peer) const { return failed_[peer]; }
 
-  TransferId isend(int peer, uint64_t tag, const void* buf, size_t bytes, MemoryKind mem,
-                   TransferCallback done) override {
+  // The channels left: 15 bits of source field, less the rank's.
+  uint32_t maxChannel() const { return (1u << (15 - rankBits_)) - 1; }
+  uint32_t nextChannel() const { return nextChannel_ <= maxChannel() ? nextChannel_ : 0; }
+  void takeChannel(uint32_t channel) { nextChannel_ = std::max(nextChannel_, channel + 1); }
+
+  TransferId isend(int peer, uint64_t tag, uint32_t channel, const void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) {
     auto* p = newPending(peer, std::move(done), false);
     if (failed_[peer]) {
       completeNow(p, closedResult(peer));
       return p->id;
     }
     ucp_request_param_t param = baseParam(p, mem);
-    param.cb.send = &UcxTransport::onSend;
-    ucs_status_ptr_t req = ucp_tag_send_nbx(eps_[peer], buf, bytes, tagWithSource(tag, rank_), &param);
+    param.cb.send = &UcxWorker::onSend;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(eps_[peer], buf, bytes, wireTag(tag, channel, rank_), &param);
     if (!p->completedInline) track(p, req);
     return p->id;
   }
 
-  TransferId irecv(int peer, uint64_t tag, void* buf, size_t bytes, MemoryKind mem,
-                   TransferCallback done) override {
+  TransferId irecv(int peer, uint64_t tag, uint32_t channel, void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) {
     auto* p = newPending(peer, std::move(done), true);
     // A peer that finished its part and exited may have sent this message
     // before it died: the receive is posted all the same, to take it from
@@ -217,15 +228,16 @@ class UcxTransport final : public Transport {
       newlyFailed_.push_back(peer);
     }
     ucp_request_param_t param = baseParam(p, mem);
-    param.cb.recv = &UcxTransport::onRecv;
-    uint64_t wireTag = peer == kAnySource ? (tag & kTagUserMask) : tagWithSource(tag, peer);
-    uint64_t mask = peer == kAnySource ? kTagUserMask : ~uint64_t{0};
-    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, wireTag, mask, &param);
+    param.cb.recv = &UcxWorker::onRecv;
+    const uint64_t channelMask = uint64_t(maxChannel()) << (kTagSourceShift + rankBits_);
+    const uint64_t wire = wireTag(tag, channel, peer == kAnySource ? 0 : peer);
+    const uint64_t mask = peer == kAnySource ? kTagUserMask | channelMask : ~uint64_t{0};
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, wire, mask, &param);
     if (!p->completedInline) track(p, req);
     return p->id;
   }
 
-  void cancel(TransferId id) override {
+  void cancel(TransferId id) {
     auto it = pending_.find(id);
     if (it != pending_.end() && it->second->request && it->second->isRecv) {
       ucp_request_cancel(worker_, it->second->request);
@@ -237,7 +249,7 @@ class UcxTransport final : public Transport {
   // has returned, receives from failed peers are cancelled and the queue is
   // delivered, so the engine's callbacks never run inside UCX and a failure
   // never re-enters the loop that handles it.
-  bool progress() override {
+  bool progress() {
     bool did = false;
     while (ucp_worker_progress(worker_) != 0) did = true;
     did |= cancelReceivesFromFailedPeers();
@@ -250,9 +262,9 @@ class UcxTransport final : public Transport {
     return did;
   }
 
-  int eventFd() const override { return efd_; }
+  int eventFd() const { return efd_; }
 
-  bool arm() override {
+  bool arm() {
     if (!deferred_.empty() || !newlyFailed_.empty()) return false;
     ucs_status_t st = ucp_worker_arm(worker_);
     return st == UCS_OK;
@@ -260,13 +272,13 @@ class UcxTransport final : public Transport {
 
   // Only records: the next progress() takes what the dead peer sent before
   // it died, then cancels what still waits on it.
-  void checkPeers() override {
-    for (int p = 0; p < size_; ++p) {
+  void checkPeers(const std::vector<int>& peers) {
+    for (int p : peers) {
       if (!failed_[p] && localPeerGone(p)) peerFailed(p);
     }
   }
 
-  void forgetPending() override {
+  void forgetPending() {
     std::vector<void*> requests;
     for (auto& [id, pending] : pending_) {
       pending->done = nullptr;
@@ -275,17 +287,10 @@ class UcxTransport final : public Transport {
     for (void* req : requests) ucp_request_cancel(worker_, req);
   }
 
-  std::vector<int> failedPeers() const override {
-    std::vector<int> peers;
-    for (int p = 0; p < size_; ++p) {
-      if (failed_[p]) peers.push_back(p);
-    }
-    return peers;
-  }
 
  private:
   struct Pending {
-    UcxTransport* self;
+    UcxWorker* self;
     TransferId id;
     int peer;
     bool isRecv;
@@ -295,13 +300,14 @@ class UcxTransport final : public Transport {
     TransferCallback done;
   };
   struct PeerArg {
-    UcxTransport* self;
+    UcxWorker* self;
     int peer;
   };
 
   void connectEndpoints(Store& store, const std::string& keyPrefix) {
+    const auto cards = getFromEveryRank(store, keyPrefix + "/addr", size_);
     for (int p = 0; p < size_; ++p) {
-      PeerCard theirs = p == rank_ ? mine_ : PeerCard::decode(store.get(keyPrefix + "/addr/" + std::to_string(p)));
+      PeerCard theirs = p == rank_ ? mine_ : PeerCard::decode(cards[size_t(p)]);
       // Peers on this host talk over shared memory, which UCX offers only
       // without peer-failure handling; their liveness is checked by pid
       // instead (checkPeers). Other hosts keep UCX's own detection.
@@ -316,7 +322,7 @@ class UcxTransport final : public Transport {
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(theirs.address.data());
       ep.err_mode = peerMode_[p] ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-      ep.err_handler.cb = &UcxTransport::onEpError;
+      ep.err_handler.cb = &UcxWorker::onEpError;
       ep.err_handler.arg = &peerArgs_[p];
       ucs_status_t epStatus = ucp_ep_create(worker_, &ep, &eps_[p]);
       if (epStatus != UCS_OK) throw connectError(p, epStatus);
@@ -449,7 +455,7 @@ class UcxTransport final : public Transport {
 
   static void onSend(void* request, ucs_status_t status, void* user) {
     auto* p = static_cast<Pending*>(user);
-    UcxTransport* self = p->self;
+    UcxWorker* self = p->self;
     TransferResult r = self->fromStatus(p, status);
     ucp_request_free(request);
     self->complete(p, r);
@@ -457,11 +463,11 @@ class UcxTransport final : public Transport {
 
   static void onRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
     auto* p = static_cast<Pending*>(user);
-    UcxTransport* self = p->self;
+    UcxWorker* self = p->self;
     TransferResult r = self->fromStatus(p, status);
     if (r.ok) {
       r.bytes = info->length;
-      r.source = tagSource(info->sender_tag);
+      r.source = tagSource(info->sender_tag) & ((1 << self->rankBits_) - 1);
     }
     ucp_request_free(request);
     self->complete(p, r);
@@ -519,8 +525,15 @@ class UcxTransport final : public Transport {
     pending_.emplace(p->id, p);
   }
 
+  // The source field of a wire tag: the channel above the rank.
+  uint64_t wireTag(uint64_t tag, uint32_t channel, int rank) const {
+    return (tag & kTagUserMask) | (uint64_t((channel << rankBits_) | unsigned(rank)) << kTagSourceShift);
+  }
+
   int rank_;
   int size_;
+  int rankBits_;
+  uint32_t nextChannel_ = 1;  // channel 0 is the group's own
   PresenceMark presence_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -539,12 +552,98 @@ class UcxTransport final : public Transport {
   TransferId nextId_ = 1;
 };
 
+// A transport over some of the worker's ranks (`members[i]` is the worker's
+// rank of transport rank i) on one channel.
+class UcxView final : public Transport {
+ public:
+  UcxView(std::shared_ptr<UcxWorker> worker, uint32_t channel, std::vector<int> members)
+      : worker_(std::move(worker)), channel_(channel), members_(std::move(members)) {
+    auto viewOf = std::make_shared<std::vector<int>>(size_t(worker_->size()), -1);
+    for (size_t i = 0; i < members_.size(); ++i) {
+      (*viewOf)[size_t(members_[i])] = int(i);
+      if (members_[i] == worker_->rank()) rank_ = int(i);
+      identity_ = identity_ && members_[i] == int(i);
+    }
+    viewOf_ = std::move(viewOf);
+  }
+  // A view its owner dropped without handing it over: nothing of what it
+  // posted may run later, on behalf of whoever uses the worker next.
+  ~UcxView() override {
+    if (!forgotten_) worker_->forgetPending();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return int(members_.size()); }
+  std::string name() const override { return "ucx"; }
+
+  TransferId isend(int peer, uint64_t tag, const void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) override {
+    return worker_->isend(workerRank(peer), tag, channel_, buf, bytes, mem, std::move(done));
+  }
+  TransferId irecv(int peer, uint64_t tag, void* buf, size_t bytes, MemoryKind mem,
+                   TransferCallback done) override {
+    const int from = peer == kAnySource ? kAnySource : workerRank(peer);
+    if (identity_) return worker_->irecv(from, tag, channel_, buf, bytes, mem, std::move(done));
+    // The callback may outlive the view (a receive of the survivors'
+    // exchange, which posts on the parent's view): it owns the rank map.
+    return worker_->irecv(from, tag, channel_, buf, bytes, mem,
+                          [viewOf = viewOf_, done = std::move(done)](const TransferResult& r) {
+                            TransferResult mapped = r;
+                            if (mapped.source >= 0) mapped.source = (*viewOf)[size_t(mapped.source)];
+                            if (done) done(mapped);
+                          });
+  }
+  void cancel(TransferId id) override { worker_->cancel(id); }
+  bool progress() override { return worker_->progress(); }
+  int eventFd() const override { return worker_->eventFd(); }
+  bool arm() override { return worker_->arm(); }
+  void checkPeers() override { worker_->checkPeers(members_); }
+  std::vector<int> failedPeers() const override {
+    std::vector<int> peers;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (worker_->failed(members_[i])) peers.push_back(int(i));
+    }
+    return peers;
+  }
+  void forgetPending() override {
+    worker_->forgetPending();
+    forgotten_ = true;
+  }
+
+  uint32_t nextChannel() const override { return worker_->nextChannel(); }
+  std::unique_ptr<Transport> subset(const std::vector<int>& ranks, uint32_t channel) override {
+    if (channel == 0 || channel > worker_->maxChannel()) return nullptr;
+    std::vector<int> members;
+    for (int r : ranks) members.push_back(workerRank(r));
+    worker_->takeChannel(channel);
+    return std::make_unique<UcxView>(worker_, channel, std::move(members));
+  }
+
+ private:
+  int workerRank(int peer) const {
+    if (peer < 0 || peer >= size()) {
+      throw Error(ErrorKind::InvalidArgument, "ringx: peer rank " + std::to_string(peer) + " out of range");
+    }
+    return members_[size_t(peer)];
+  }
+
+  std::shared_ptr<UcxWorker> worker_;
+  uint32_t channel_;
+  std::vector<int> members_;
+  std::shared_ptr<const std::vector<int>> viewOf_;
+  int rank_ = -1;
+  bool identity_ = true;
+  bool forgotten_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
-  auto transport = std::make_unique<UcxTransport>(store, rank, size, opts);
-  transport->connect(store, opts.keyPrefix);
-  return transport;
+  auto worker = std::make_shared<UcxWorker>(store, rank, size, opts);
+  worker->connect(store, opts.keyPrefix);
+  std::vector<int> everyone(size_t(size), 0);
+  for (int r = 0; r < size; ++r) everyone[size_t(r)] = r;
+  return std::make_unique<UcxView>(std::move(worker), 0, std::move(everyone));
 }
 
 }  // namespace ringx

@@ -1,6 +1,8 @@
 // The UCX (UCP tag-matching) transport: one context and worker per
 // communicator, worker addresses exchanged through the Store, one endpoint per
 // peer with peer-failure handling, and the worker's event fd for sleeping.
+// Groups shrunk from it share the worker and endpoints (Transport::subset),
+// each on a channel of its own; the worker goes with the last of them.
 #pragma once
 
 #include <memory>
