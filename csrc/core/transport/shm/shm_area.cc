@@ -56,7 +56,9 @@ std::string allowedCpus() {
   if (::sched_getaffinity(0, sizeof(set), &set) != 0) return "";
   std::string list;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+    if (!CPU_ISSET(c, &set)) continue;
+    if (!list.empty()) list += ',';
+    list += std::to_string(c);
   }
   return list;
 }
