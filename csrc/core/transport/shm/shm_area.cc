@@ -23,8 +23,8 @@ namespace ringx {
 namespace {
 
 // Control block: the counter in the first cache line, the two slot headers
-// in the second, the released chunk in the third, the doorbell (used in
-// rank 0's block only) in the fourth.
+// in the second, the released chunk in the third, the rank's doorbell in the
+// fourth.
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
@@ -124,6 +124,7 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
   }
 
   area->maps_.assign(size, nullptr);
+  std::vector<BellWord*> bells;
   for (int p = 0; p < size; ++p) {
     const std::string& peerName = names[size_t(p)];
     int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
@@ -145,8 +146,9 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     area->headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
     area->released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
     area->data_.push_back(base + kControlBytes);
-    if (p == 0) area->bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(base + kBellOffset));
+    bells.push_back(reinterpret_cast<BellWord*>(base + kBellOffset));
   }
+  area->bell_ = std::make_unique<FutexBell>(std::move(bells), rank);
   // Once everyone has mapped every segment the names can go (UnlinkOnExit):
   // nothing is left in /dev/shm even if a process dies later.
   store.add(keyPrefix + "/shm-mapped", 1);
