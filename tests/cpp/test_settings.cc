@@ -221,10 +221,10 @@ TEST_CASE("every rank gets the disagreement, even when rank 0, which hosts the s
   }
 }
 
-TEST_CASE("RINGX_SPIN_US takes auto (the default), 0 and microseconds, and names a bad value") {
+TEST_CASE("RINGX_SPIN_US takes auto, 0 and microseconds (50 when unset), and names a bad value") {
   {
     ScopedEnv unset("RINGX_SPIN_US", nullptr);
-    REQUIRE_FALSE(spinSetting());
+    REQUIRE(spinSetting() == std::chrono::microseconds(50));
   }
   {
     ScopedEnv v("RINGX_SPIN_US", "AUTO");

@@ -14,8 +14,8 @@
 // leaves unfinished ops behind wakes it.
 //
 // Idle policy, for whichever thread progresses: after options.spin of
-// finding nothing to do (none where the host's ranks outnumber its CPUs,
-// spin_policy.h) it sleeps: on this rank's shared-memory doorbell when all
+// finding nothing to do (RINGX_SPIN_US; `auto` spins only where the host's
+// ranks have a CPU each, spin_policy.h) it sleeps: on this rank's shared-memory doorbell when all
 // it waits for is peers' counters, having said which peers (the polls'
 // waitingOn), so that only their counter moves wake it; otherwise on the
 // transport's event fd (plus an eventfd that submit() writes). Many ranks on
