@@ -16,6 +16,7 @@
 #include "core/algorithms/identity.h"
 #include "core/common/log.h"
 #include "core/common/settings.h"
+#include "core/common/spin_policy.h"
 #include "core/common/topology.h"
 #include "core/reduce/flags.h"
 #include "core/select/select.h"
@@ -58,6 +59,14 @@ int threadCpu() {
   return cpus[size_t(rank) % cpus.size()];
 }
 
+// The job's ranks on this host (torchrun's LOCAL_WORLD_SIZE), or this
+// group's if more: other groups' ranks compete for the same CPUs.
+int ranksOnThisHost(const Topology& topology, int rank) {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const long job = local ? std::atol(local) : 0;
+  return std::max<int>(int(job), int(topology.ranksOn(topology.hostOf[size_t(rank)]).size()));
+}
+
 }  // namespace
 
 ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -86,6 +95,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   CommOptions copts;
   copts.timeout = timeout;
   CmaMode cmaMode = CmaMode::Auto;
+  std::optional<std::chrono::microseconds> spin;
   try {
     checkSettingsAgree(adapter, prefix + "/settings", rank, size);
     segmentBytes_ = settingPositive("RINGX_CHUNK_BYTES");
@@ -107,7 +117,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     asyncTeardown_ = settingEffective("RINGX_ASYNC_ERROR_HANDLING") == "TEARDOWN";
 #endif
     uopts.tls = settingText("RINGX_TLS");
-    copts.spin = std::chrono::microseconds(settingPositive("RINGX_SPIN_US"));
+    spin = spinSetting();
     copts.cpu = threadCpu();
     cmaMode = cmaModeSetting();
     if (cmaMode == CmaMode::On && !settingFlag("RINGX_SHM")) {
@@ -120,6 +130,10 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
   try {
     topology_ = Topology::exchange(adapter, prefix + "/topology", rank, size);
     phase("topology");
+    const SpinDecision decided =
+        decideSpin(spin, cpusAvailable(), ranksOnThisHost(topology_, rank));
+    copts.spin = decided.spin;
+    RINGX_LOG(Info, "ringx: rank " << rank << " " << decided.why);
     if (settingFlag("RINGX_SHM")) {
       // Slots hold whole elements of any dtype and start cache-line aligned.
       const size_t slot = std::max<size_t>(4096, settingPositive("RINGX_SHM_BYTES") / 64 * 64);

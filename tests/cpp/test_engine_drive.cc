@@ -194,3 +194,63 @@ TEST_CASE("a driver gives up at its own limit and after an abort, and the op sti
   REQUIRE(p.error->kind() == ErrorKind::Aborted);
   REQUIRE(w.comms[0]->drive([&] { return false; }) == Communicator::Drive::Stopped);
 }
+
+TEST_CASE("a rank asleep waiting for one peer is not woken by another peer's counter moves") {
+  constexpr int size = 3;
+  BellWorld w(size, 0us);
+  ShmArea& area = *w.areas[0];
+  Schedule s(DType::F32, ReduceOp::Sum);
+  s.poll([&area] { return area.counter(1).load(std::memory_order_acquire) >= 1; },
+         [&area] {
+           return area.counter(1).load(std::memory_order_acquire) >= 1 ? std::vector<int>{}
+                                                                       : std::vector<int>{1};
+         });
+  std::atomic<bool> done{false};
+  auto op = std::make_unique<Op>("wait_for_rank_1", 1, std::move(s));
+  op->callerWaits = true;
+  op->onDone = [&done](const Error*) { done = true; };
+  w.comms[0]->submit(std::move(op));
+  std::thread driver([&] { driveAgainWhileBusy(*w.comms[0], [&] { return done.load(); }); });
+
+  const BellWord& bell = area.bell()->word(0);
+  for (auto until = Clock::now() + 10s; bell.sleepers.load() == 0 && Clock::now() < until;) {
+    std::this_thread::sleep_for(1ms);
+  }
+  std::this_thread::sleep_for(20ms);
+  const uint32_t seq = bell.seq.load();
+  for (uint64_t k = 1; k <= 20; ++k) {
+    w.areas[2]->counter(2).store(k, std::memory_order_release);
+    w.areas[2]->ring();
+    std::this_thread::sleep_for(1ms);
+  }
+  CHECK(bell.seq.load() == seq);
+  w.areas[1]->counter(1).store(1, std::memory_order_release);
+  w.areas[1]->ring();
+  driver.join();
+  CHECK(done);
+  // Woken by rank 1's ring, not by its nap's time limit.
+  CHECK(bell.seq.load() != seq);
+}
+
+TEST_CASE(
+    "eight ranks that sleep at once instead of spinning lose no wake-up over many all_reduces") {
+  // Each rank waits for the others twice per call, asleep: a lost ring
+  // costs a waiter its nap's limit (100 ms), so 300 calls would take 30 s.
+  constexpr int size = 8, kOps = 300;
+  BellWorld w(size, 0us);
+  const auto start = Clock::now();
+  onEachRank(size, [&](int r) {
+    for (int k = 0; k < kOps; ++k) {
+      Pending p;
+      p.buf.assign(size_t(1 + k % 50), float(r + k));
+      submitAllReduce(*w.comms[r], w.areas[r].get(), r, size, uint64_t(k + 1), p);
+      waitDriving(*w.comms[r], p);
+      RANK_REQUIRE_NO_ERROR(p.error);
+      RANK_REQUIRE(p.buf[0] == sumOf(size, k));
+    }
+  });
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  CAPTURE(ms);
+  REQUIRE(ms < 10000);
+}

@@ -1,10 +1,10 @@
 // The RINGX_* settings table, its typed reads, and the check that the ranks
 // of a group agree on the settings that shape a schedule.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -13,6 +13,7 @@
 
 #include "core/common/error.h"
 #include "core/common/settings.h"
+#include "core/common/spin_policy.h"
 #include "test_support.h"
 
 using namespace ringx;
@@ -217,5 +218,28 @@ TEST_CASE("every rank gets the disagreement, even when rank 0, which hosts the s
   for (int r = 0; r < size; ++r) {
     INFO("rank " << r);
     CHECK(errors[size_t(r)].find("the ranks disagree on RINGX_SHM_BYTES") != std::string::npos);
+  }
+}
+
+TEST_CASE("RINGX_SPIN_US takes auto, 0 and microseconds (50 when unset), and names a bad value") {
+  {
+    ScopedEnv unset("RINGX_SPIN_US", nullptr);
+    REQUIRE(spinSetting() == std::chrono::microseconds(50));
+  }
+  {
+    ScopedEnv v("RINGX_SPIN_US", "AUTO");
+    REQUIRE_FALSE(spinSetting());
+  }
+  {
+    ScopedEnv v("RINGX_SPIN_US", "0");
+    REQUIRE(spinSetting() == std::chrono::microseconds(0));
+  }
+  {
+    ScopedEnv v("RINGX_SPIN_US", "75");
+    REQUIRE(spinSetting() == std::chrono::microseconds(75));
+  }
+  for (const char* bad : {"-1", "fast", "10us"}) {
+    ScopedEnv v("RINGX_SPIN_US", bad);
+    REQUIRE_THROWS_WITH(spinSetting(), Catch::Contains("RINGX_SPIN_US") && Catch::Contains(bad));
   }
 }

@@ -33,3 +33,18 @@ def test_progress_threads_pinned_only_when_asked_and_ranks_fill_the_cpus(setting
                 f"rank {r}: expected ringx's threads on CPU {cpus[r % len(cpus)]}, pinned: {res['pinned']}")
         else:
             assert not res["pinned"], f"rank {r}: threads pinned {res['pinned']} (cpus {cpus})"
+
+
+def test_synchronous_collectives_do_not_wake_the_progress_thread():
+    # The caller drives its own op; the progress thread, idle, wakes only at its
+    # nap's limit (100 ms) to look at deadlines. A hand-off per call would be
+    # a switch per call.
+    iters = 2000
+    with harness.World(WS) as world:
+        results = world.run(cases_threads.progress_thread_switches, iters=iters)
+    for r, res in enumerate(results):
+        assert res["threads"] == 1, f"rank {r}: {res['threads']} threads named ringx-progress"
+        allowed = 20 * res["seconds"] + 10
+        assert res["switches"] <= allowed, (
+            f"rank {r}: the progress thread switched {res['switches']} times in {iters} synchronous "
+            f"all_reduces ({res['seconds']:.2f} s)")

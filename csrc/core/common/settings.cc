@@ -41,11 +41,16 @@ const std::vector<Setting> kSettings = {
      "Pipeline segment size of the ring and tree algorithms: messages are cut into segments of "
      "this size, "
      "several in flight."},
-    {"RINGX_SPIN_US", SettingType::PositiveInt, "microseconds", "50", "`50`", nullptr, false,
+    {"RINGX_SPIN_US", SettingType::Text, "`auto`, or microseconds (`0`: never spin)", "50", "`50`",
+     nullptr, false,
      "How long a thread that progresses ringx (the caller waiting on its op, or the progress thread) "
-     "polls after its last piece of work before it sleeps: on the shared-memory doorbell when it waits "
-     "only for peers on this host, otherwise on the UCX worker's event fd. Also how long an op nobody "
-     "waits on may sit before the progress thread takes it."},
+     "polls after its last piece of work before it sleeps: on its doorbell in shared memory, which the "
+     "peers it waits for ring, when it waits only for peers on this host, otherwise on the UCX worker's "
+     "event fd. Also how long an op nobody waits on may sit before the progress thread takes it. `auto` "
+     "spins only where a spin costs no other rank its core: when this host's ranks (`LOCAL_WORLD_SIZE`, "
+     "or the group's ranks on the host if more) are no more than the CPUs the process may use; "
+     "`RINGX_DEBUG=INFO` logs the choice. Not the default: on the loaded 2-core VM `auto` (no spin with "
+     "4-32 ranks) was slower than 50 us (docs/benchmarks.md, \"Waiting with more ranks than cores\")."},
     {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,
      "`1`: when this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
      "pin rank r's progress and completion threads to CPU r (mod the CPUs). Off by default: since "

@@ -78,6 +78,8 @@ void addThreadIfAllowed(const std::shared_ptr<CallbackPool::State>& s) {
 // has run for kBlockedAfter; so jobs start in order, and overlap only with
 // callbacks that block.
 void workerLoop(const std::shared_ptr<CallbackPool::State>& s) {
+  // Named so that top -H and /proc tell ringx's threads from torch's.
+  ::pthread_setname_np(::pthread_self(), "ringx-callback");
   pin(s->cpu);
   std::unique_lock<std::mutex> lock(s->mu);
   for (;;) {

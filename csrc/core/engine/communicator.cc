@@ -131,7 +131,7 @@ void Communicator::handOffSoon() {
   std::lock_guard<std::mutex> lock(mu_);
   ++workGen_;
   if (parked_) parkCv_.notify_all();
-  if (bellSleepers_ > 0 && options_.bell) options_.bell->ring();
+  if (bellSleepers_ > 0 && options_.bell) options_.bell->wakeOwn();
   if (eventSleepers_ == 0) return;
   itimerspec t{};
   t.it_value.tv_nsec = long(std::max<int64_t>(1, options_.spin.count())) * 1000;
@@ -147,7 +147,7 @@ void Communicator::wakeProgressThread() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
   }
-  if (bellSleepers_ > 0 && options_.bell) options_.bell->ring();
+  if (bellSleepers_ > 0 && options_.bell) options_.bell->wakeOwn();
 }
 
 Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::optional<Clock::time_point> until) {
@@ -180,13 +180,16 @@ Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::
       result = Drive::TimedOut;
       break;
     }
-    const uint32_t seen = options_.bell ? options_.bell->seen() : 0;
     if (pass()) {
       idleSince = Clock::now();
       continue;
     }
     if (done()) break;
-    Nap nap = planNap(idleSince, seen, until);
+    Nap nap = planNap(idleSince, until);
+    if (bool moved = false; nap.kind == Nap::Kind::Bell && !armBell(nap, moved)) {
+      if (moved) idleSince = Clock::now();
+      continue;
+    }
     takeNap(nap);
     if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
   }
@@ -206,7 +209,7 @@ void Communicator::abort(const std::string& why) {
       uint64_t one = 1;
       [[maybe_unused]] auto n = ::write(wakeFd_, &one, sizeof(one));
       parkCv_.notify_all();
-      if (options_.bell && bellSleepers_ > 0) options_.bell->ring();
+      if (options_.bell && bellSleepers_ > 0) options_.bell->wakeOwn();
     }
   }
   if (progressThread_.joinable()) progressThread_.join();

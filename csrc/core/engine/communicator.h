@@ -13,11 +13,13 @@
 // deadlines; it stands aside while any caller drives, and a driver that
 // leaves unfinished ops behind wakes it.
 //
-// Idle policy, for whichever thread progresses: after RINGX_SPIN_US of
-// finding nothing to do it sleeps: on the shared-memory doorbell when all it
-// waits for is peers' counters (the rank that moves one rings it), otherwise
-// on the transport's event fd (plus an eventfd that submit() writes), so
-// many ranks on few cores do not starve each other.
+// Idle policy, for whichever thread progresses: after options.spin of
+// finding nothing to do (RINGX_SPIN_US; `auto` spins only where the host's
+// ranks have a CPU each, spin_policy.h) it sleeps: on this rank's shared-memory doorbell when all
+// it waits for is peers' counters, having said which peers (the polls'
+// waitingOn), so that only their counter moves wake it; otherwise on the
+// transport's event fd (plus an eventfd that submit() writes). Many ranks on
+// few cores then neither starve each other nor wake each other for nothing.
 //
 // Failure policy: the first failed op (timeout, closed peer, size mismatch, a
 // step that threw) poisons the communicator, as in NCCL: ranks may no longer
@@ -71,8 +73,9 @@ struct CommOptions {
   // The CPU the progress and completion threads run on; -1 leaves them to
   // the scheduler.
   int cpu = -1;
-  // The doorbell the shared-memory algorithms ring when they move a counter;
-  // null without shared memory (waits on peers' counters then spin).
+  // This rank's doorbell in the shared-memory area, whose algorithms ring
+  // the peers waiting for them when they move a counter; null without shared
+  // memory (waits on peers' counters then spin).
   FutexBell* bell = nullptr;
 };
 
@@ -133,10 +136,13 @@ class Communicator {
   struct Nap {
     enum class Kind { None, Yield, Bell, Events } kind = Kind::None;
     std::chrono::microseconds max{0};
+    uint64_t waitsFor = 0;  // Bell: FutexBell's bits of the ranks awaited
     uint32_t bellSeen = 0;
     uint64_t workGen = 0;
   };
-  Nap planNap(Clock::time_point idleSince, uint32_t bellSeen, std::optional<Clock::time_point> until);
+  Nap planNap(Clock::time_point idleSince, std::optional<Clock::time_point> until);
+  uint64_t awaitedBells() const;
+  bool armBell(Nap& nap, bool& moved);
   void takeNap(const Nap& nap);
   void handOffSoon();
   bool startSubmitted();

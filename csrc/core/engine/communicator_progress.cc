@@ -48,8 +48,26 @@ std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::t
                   std::chrono::duration_cast<std::chrono::microseconds>(next - now) + std::chrono::microseconds(1));
 }
 
+// The ranks whose counter moves the pending polls wait for, as the bell's
+// waitsFor bits; anyone's when a poll does not say.
+uint64_t Communicator::awaitedBells() const {
+  uint64_t mask = 0;
+  for (auto& a : active_) {
+    if (a->ended) continue;
+    for (StepId id : a->polling) {
+      try {
+        mask |= options_.bell->maskOf(a->op->schedule.pollWaitingOn(a->op->schedule.steps()[id]));
+      } catch (const std::exception&) {
+        return FutexBell::kAnyone;
+      }
+      if (mask == FutexBell::kAnyone) return mask;
+    }
+  }
+  return mask ? mask : FutexBell::kAnyone;
+}
+
 // Called with progressMu_ held after a pass that did nothing.
-Communicator::Nap Communicator::planNap(Clock::time_point idleSince, uint32_t bellSeen,
+Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
                                         std::optional<Clock::time_point> until) {
   Nap nap;
   const bool polling = std::any_of(active_.begin(), active_.end(),
@@ -61,11 +79,23 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince, uint32_t be
   } else if (transport_->arm()) {
     nap.kind = Nap::Kind::Events;
   }
+  if (nap.kind == Nap::Kind::Bell) nap.waitsFor = awaitedBells();
   nap.max = untilNextDeadline(until);
-  nap.bellSeen = bellSeen;
   std::lock_guard<std::mutex> lock(mu_);
   nap.workGen = workGen_;
   return nap;
+}
+
+// With progressMu_ held: registers on this rank's bell for the ranks the nap
+// waits for, then looks again (futex_bell.h). False, and unregistered, when
+// something moved meanwhile or the polls now wait for a rank the bell was not
+// told of; `moved` then says whether the look did work.
+bool Communicator::armBell(Nap& nap, bool& moved) {
+  nap.bellSeen = options_.bell->arm(nap.waitsFor);
+  moved = pass();
+  if (!moved && (awaitedBells() & ~nap.waitsFor) == 0) return true;
+  options_.bell->disarm();
+  return false;
 }
 
 void Communicator::takeNap(const Nap& nap) {
@@ -77,11 +107,15 @@ void Communicator::takeNap(const Nap& nap) {
   const bool bell = nap.kind == Nap::Kind::Bell;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen) return;
+    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen) {
+      if (bell) options_.bell->disarm();
+      return;
+    }
     ++(bell ? bellSleepers_ : eventSleepers_);
   }
   if (bell) {
     options_.bell->sleep(nap.bellSeen, nap.max);
+    options_.bell->disarm();
   } else {
     epoll_event events[3];
     ::epoll_wait(epollFd_, events, 3, int((nap.max.count() + 999) / 1000));
@@ -161,6 +195,7 @@ bool Communicator::pass() {
 }
 
 void Communicator::progressLoop() {
+  ::pthread_setname_np(::pthread_self(), "ringx-progress");
   pinThisThread();
   auto idleSince = Clock::now();
   for (;;) {
@@ -174,13 +209,16 @@ void Communicator::progressLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (!drain_ || !(pending || !submitted_.empty())) break;
     }
-    const uint32_t seen = options_.bell ? options_.bell->seen() : 0;
     if (pass()) {
       idleSince = Clock::now();
       continue;
     }
     if (drivers_.load() > 0) continue;
-    Nap nap = planNap(idleSince, seen, std::nullopt);
+    Nap nap = planNap(idleSince, std::nullopt);
+    if (bool moved = false; nap.kind == Nap::Kind::Bell && !armBell(nap, moved)) {
+      if (moved) idleSince = Clock::now();
+      continue;
+    }
     pl.unlock();
     takeNap(nap);
     if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();

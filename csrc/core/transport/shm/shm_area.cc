@@ -24,8 +24,8 @@ namespace ringx {
 namespace {
 
 // Control block: the counter in the first cache line, the two slot headers
-// in the second, the released chunk in the third, the doorbell (used in
-// rank 0's block only) in the fourth.
+// in the second, the released chunk in the third, the rank's doorbell in the
+// fourth.
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
@@ -181,15 +181,16 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
 
 void ShmArea::place(std::vector<void*> maps) {
   maps_ = std::move(maps);
+  std::vector<BellWord*> bells;
   for (void* m : maps_) {
     auto* base = static_cast<std::byte*>(m);
     counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
     headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
     released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
     data_.push_back(base + kControlBytes);
+    bells.push_back(reinterpret_cast<BellWord*>(base + kBellOffset));
   }
-  // The doorbell lives in the first rank's block.
-  bell_ = std::make_unique<FutexBell>(reinterpret_cast<BellWord*>(static_cast<std::byte*>(maps_[0]) + kBellOffset));
+  bell_ = std::make_unique<FutexBell>(std::move(bells), rank_);
 }
 
 std::unique_ptr<ShmArea> ShmArea::subset(const std::vector<int>& ranks) const {

@@ -5,8 +5,8 @@
 //
 // Synchronisation is by monotonic counters, one per rank in its own cache
 // line, written with release and read with acquire. A rank that moves a
-// counter rings the area's doorbell, which costs a system call only when a
-// peer sleeps on it (after spinning RINGX_SPIN_US in vain).
+// counter rings the doorbells of the peers asleep waiting for it
+// (futex_bell.h), which costs a system call only when one is.
 #pragma once
 
 #include <atomic>
@@ -59,7 +59,10 @@ class ShmArea {
   // hierarchical algorithms): `ranks[i]` is the group rank of area rank i.
   // What the area reports about ranks (who is behind, who differs) is then in
   // group ranks, as the engine and error messages expect. Default: the same.
-  void setGroupRanks(std::vector<int> ranks) { groupRanks_ = std::move(ranks); }
+  void setGroupRanks(std::vector<int> ranks) {
+    bell_->setGroupRanks(ranks);
+    groupRanks_ = std::move(ranks);
+  }
   int groupRank(int areaRank) const { return groupRanks_.empty() ? areaRank : groupRanks_[size_t(areaRank)]; }
 
   // Which collective a rank's chunk in a slot belongs to (kind, seq, root,
@@ -101,7 +104,7 @@ class ShmArea {
     ring();
   }
   // Every store to a counter or released value is followed by a ring, so
-  // that a peer asleep on the doorbell looks again.
+  // that a peer asleep waiting for this rank looks again.
   void ring() { bell_->ring(); }
   FutexBell* bell() const { return bell_.get(); }
   // The (group) ranks that still hold the slot chunk `id` needs.
