@@ -142,7 +142,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // so that part is costed with the whole buffer.
     const HostLayout& h = *a.hosts;
     const double L = h.localSize();
-    const double chunks = std::max(1.0, std::ceil(N / double(h.shm->slotBytes())));
+    const double chunks = std::max(1.0, std::ceil(N / double(h.chunkBytes)));
     const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
     return local + acrossHostsUs(a, a.count);
   }
