@@ -5,6 +5,7 @@ and against the link's bound; barrier beside them.
 
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
+    python benchmarks/testbed.py --layout 3,1             # uneven hosts
     python benchmarks/testbed.py --json docs/bench/testbed.json
 
 Each configuration runs in the same torchrun job: the default group is ringx with its
@@ -188,6 +189,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
+    ap.add_argument("--layout", help="ranks on each host, comma separated (e.g. 3,1); overrides the two above")
     ap.add_argument("--rate", default="1gbit", help="tc rate of every host's link ('none': unshaped)")
     ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
     ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
@@ -202,10 +204,12 @@ def main() -> int:
 
     import testbed
 
+    ranks = [int(x) for x in args.layout.split(",")] if args.layout else [args.ranks_per_host] * args.hosts
+    args.hosts = len(ranks)
     rate = None if args.rate == "none" else args.rate
     with testbed.Testbed(args.hosts, rate=rate) as tb:
         link = measure_link(tb, 32 << 20) if args.hosts > 1 else float("nan")
-        codes, logs = tb.torchrun(args.ranks_per_host, os.path.abspath(__file__),
+        codes, logs = tb.torchrun(ranks if args.layout else args.ranks_per_host, os.path.abspath(__file__),
                                   ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
                                    "--pingpongs", str(args.pingpongs), "--collectives", args.collectives],
                                   env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800)
@@ -216,7 +220,7 @@ def main() -> int:
         return 1
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
-    layout = f"{args.hosts} hosts x {args.ranks_per_host} ranks"
+    layout = f"hosts of {args.layout} ranks" if args.layout else f"{args.hosts} hosts x {args.ranks_per_host} ranks"
     print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
@@ -242,7 +246,7 @@ def main() -> int:
                   f"{row['vs_best_flat']:7.2f} " + (f"{100 * row['of_bound']:7.0f}%" if nbytes else "      -"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "rate": rate,
+            json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "rate": rate,
                        "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
                        "rows": table, "raw": results}, f, indent=1)
     return 0

@@ -326,10 +326,16 @@ ProcessGroupRingx::ProcessGroupRingx(const ProcessGroupRingx& parent, std::uniqu
     std::vector<int> everyone(ranks.size());
     for (size_t c = 0; c < ranks.size(); ++c) everyone[c] = int(c);
     shm_ = parent.hostShm_->subset(local(everyone));
-  } else if (parent.hostShm_ && layout.hosts) {
-    hostShm_ = parent.hostShm_->subset(local(layout.local));
-    hostShm_->setGroupRanks(layout.local);
-    layout.shm = hostShm_.get();
+  } else if (parent.hostLayout_.hosts && layout.hosts) {
+    // The parent's ranks all agreed to take the hierarchical algorithms, so
+    // the survivors all do too: on the parent's chunk size, which fits every
+    // survivor's slot, and with no area on a host a death left one rank on.
+    if (layout.localSize() > 1) {
+      hostShm_ = parent.hostShm_->subset(local(layout.local));
+      hostShm_->setGroupRanks(layout.local);
+      layout.shm = hostShm_.get();
+    }
+    layout.chunkBytes = parent.hostLayout_.chunkBytes;
     hostLayout_ = std::move(layout);
   }
   if (shm_) copts.bell = shm_->bell();

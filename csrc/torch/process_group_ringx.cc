@@ -141,23 +141,36 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       if (shm_) copts.bell = shm_->bell();
       if (shm_) cma_ = Cma::create(adapter, prefix, rank, size, cmaMode);
       HostLayout layout = HostLayout::of(topology_, rank);
+      bool everyHost = false;
       if (!shm_ && layout.hosts) {
-        hostShm_ = ShmArea::create(adapter, prefix + "/host" + std::to_string(layout.host), layout.localRank,
-                                   layout.localSize(), slot);
-        // The hierarchical algorithms need every host's area: one host
-        // without its area makes the whole group take the flat ones.
-        adapter.set(prefix + "/hostshm/" + std::to_string(rank), {uint8_t(hostShm_ ? 1 : 0)});
-        bool everyHost = true;
-        const auto verdicts = getFromEveryRank(adapter, prefix + "/hostshm", size);
-        for (int p = 0; p < size; ++p) {
-          if (p != rank && verdicts[size_t(p)] != std::vector<uint8_t>{1}) everyHost = false;
+        // A host with one of the group's ranks has nothing to share.
+        if (layout.localSize() > 1) {
+          hostShm_ = ShmArea::create(adapter, prefix + "/host" + std::to_string(layout.host), layout.localRank,
+                                     layout.localSize(), slot);
         }
+        // Each rank's slot size, 0 without its area. The hierarchical
+        // algorithms need every host's area: one host without its area makes
+        // the whole group take the flat ones. Hosts agree on the smallest
+        // slot, which all_reduce's chunks must fit (HostLayout::chunkBytes).
+        const size_t mine = hostShm_ ? hostShm_->slotBytes() : layout.localSize() == 1 ? slot : 0;
+        const std::string text = std::to_string(mine);
+        adapter.set(prefix + "/hostshm/" + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()));
+        size_t chunk = mine;
+        const auto slots = getFromEveryRank(adapter, prefix + "/hostshm", size);
+        for (int p = 0; p < size; ++p) {
+          const std::vector<uint8_t>& theirs = slots[size_t(p)];
+          if (p != rank) chunk = std::min<size_t>(chunk, std::stoull(std::string(theirs.begin(), theirs.end())));
+        }
+        everyHost = chunk > 0;
+        layout.chunkBytes = chunk;
         if (!everyHost) hostShm_.reset();
       }
-      if (hostShm_) {
-        hostShm_->setGroupRanks(layout.local);
-        layout.shm = hostShm_.get();
-        copts.bell = hostShm_->bell();
+      if (everyHost) {
+        if (hostShm_) {
+          hostShm_->setGroupRanks(layout.local);
+          layout.shm = hostShm_.get();
+          copts.bell = hostShm_->bell();
+        }
         hostLayout_ = std::move(layout);
       }
     }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <set>
 
 #include "core/algorithms/host_layout.h"
 #include "core/algorithms/identity.h"
@@ -26,9 +27,12 @@ struct HostsWorld {
     onEachRank(size, [&](int r) {
       HostLayout h = HostLayout::of(topology, r);
       if (!h.hosts) return;
-      areas[size_t(r)] = ShmArea::create(store, "host" + std::to_string(h.host), h.localRank, h.localSize(), 4096);
-      areas[size_t(r)]->setGroupRanks(h.local);
-      h.shm = areas[size_t(r)].get();
+      h.chunkBytes = 4096;
+      if (h.localSize() > 1) {
+        areas[size_t(r)] = ShmArea::create(store, "host" + std::to_string(h.host), h.localRank, h.localSize(), 4096);
+        areas[size_t(r)]->setGroupRanks(h.local);
+        h.shm = areas[size_t(r)].get();
+      }
       layouts[size_t(r)] = std::move(h);
     });
     CommOptions opts;
@@ -67,9 +71,11 @@ float input(int rank, size_t i, int call) { return float((rank + 1) * 3 + int(i 
 }  // namespace
 
 TEST_CASE("hierarchical all_reduce matches the closed form on every host layout, op, count and call") {
+  // Even hosts, then uneven ones: 3 + 1, 2 + 1 + 1 (ranks interleaved), 3 + 2.
   auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{0, 0, 0, 1, 1, 1},
-                         std::vector<int>{2, 0, 1, 0, 1, 2});
-  auto count = GENERATE(size_t{1}, size_t{5}, size_t{1003}, size_t{20011});
+                         std::vector<int>{2, 0, 1, 0, 1, 2}, std::vector<int>{0, 0, 0, 1}, std::vector<int>{1, 0, 2, 0},
+                         std::vector<int>{0, 1, 0, 1, 0});
+  auto count = GENERATE(size_t{1}, size_t{5}, size_t{1003}, size_t{20011}, size_t{70001});
   auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
   CAPTURE(hostOf, count, reduceOpName(op));
   HostsWorld w(hostOf);
@@ -108,6 +114,26 @@ TEST_CASE("hierarchical all_reduce matches the closed form on every host layout,
       RANK_REQUIRE(flat[0] == float(w.size * (w.size - 1) / 2));
     }
   });
+}
+
+TEST_CASE("the pipelined hierarchical all_reduce sends every message under its own tag") {
+  // Pipeline blocks run their inter-host phases at once; two messages to one
+  // peer under one tag could land in each other's receives.
+  HostsWorld w({0, 0, 1, 1});
+  std::vector<float> buf(70001);
+  CollArgs a = w.args(0, 1);
+  a.buf = buf.data();
+  a.count = buf.size();
+  const Schedule s = hier().build(a);
+  std::set<std::pair<int, uint64_t>> sent, received;
+  size_t sends = 0, recvs = 0;
+  for (const Step& st : s.steps()) {
+    if (st.kind == StepKind::Send) sends++, sent.insert({st.peer, st.tag});
+    if (st.kind == StepKind::Recv) recvs++, received.insert({st.peer, st.tag});
+  }
+  REQUIRE(sends > 2);
+  REQUIRE(sent.size() == sends);
+  REQUIRE(received.size() == recvs);
 }
 
 TEST_CASE("hierarchical all_gather puts every rank's block in place, in and out of place, on every layout") {
@@ -209,14 +235,18 @@ TEST_CASE("hierarchical all_reduce names the group rank a local peer stalls on w
   });
 }
 
-TEST_CASE("the hierarchical layout applies only to several hosts with the same number (at least 2) of ranks") {
+TEST_CASE("the hierarchical layout applies to several hosts, some with at least 2 ranks") {
   auto layoutOf = [](std::vector<int> hostOf, int rank) {
     Topology t;
     t.hostOf = std::move(hostOf);
     return HostLayout::of(t, rank);
   };
-  REQUIRE(layoutOf({0, 0, 0, 1}, 0).hosts == 0);
   REQUIRE(layoutOf({0, 1, 2, 3}, 0).hosts == 0);
+  const HostLayout uneven = layoutOf({0, 0, 0, 1}, 3);
+  REQUIRE(uneven.hosts == 2);
+  REQUIRE(!uneven.even);
+  REQUIRE(uneven.portions() == 3);
+  REQUIRE(uneven.ownersOf(2) == std::vector<int>{2, 3});
   REQUIRE(layoutOf({0, 0, 0, 0}, 0).hosts == 0);
   const HostLayout h = layoutOf({0, 1, 0, 1, 2, 2}, 3);
   REQUIRE(h.hosts == 3);
@@ -224,6 +254,7 @@ TEST_CASE("the hierarchical layout applies only to several hosts with the same n
   REQUIRE(h.localRank == 1);
   REQUIRE(h.local == std::vector<int>{1, 3});
   REQUIRE(h.across == std::vector<int>{2, 3, 5});
+  REQUIRE(h.even);
 }
 
 TEST_CASE("the cost model prefers the hierarchical algorithms across hosts, small and large") {
@@ -236,5 +267,20 @@ TEST_CASE("the cost model prefers the hierarchical algorithms across hosts, smal
     CAPTURE(collectiveName(coll), count);
     REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "hier");
     REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
+  }
+}
+
+TEST_CASE("on uneven hosts the hierarchical all_reduce is there when forced, the cost model takes the flat ones") {
+  HostsWorld w({0, 0, 0, 1});
+  for (size_t count : {size_t{1}, size_t{16} << 20}) {
+    CollArgs a = w.args(3, 1);
+    a.count = count;
+    CAPTURE(count);
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name != "hier");
+    REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:hier")).name == "hier");
+    for (Collective coll : {Collective::AllGather, Collective::ReduceScatter}) {
+      a.coll = coll;
+      REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+    }
   }
 }

@@ -49,16 +49,21 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     assert namespaces() == before
 
 
-def test_uneven_hosts_compute_right_without_the_hierarchical_algorithms():
+def test_uneven_hosts_run_a_forced_hierarchical_all_reduce_and_the_others_flat():
     with testbed.Testbed(2) as tb:
-        codes, logs = tb.torchrun([3, 1], os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
-                                  timeout=300)
+        # all_reduce:hier is forced: the cost model keeps the flat one on uneven hosts.
+        codes, logs = tb.torchrun([3, 1], os.path.join(HERE, "testbed_rank.py"),
+                                  env={"RINGX_DEBUG": "INFO", "RINGX_ALGO": "all_reduce:hier"}, timeout=300)
     text = "\n".join(logs)
     assert codes == [0, 0], text[-6000:]
     for r in range(4):
         assert re.search(rf"testbed rank {r}/4 on host\d: ok", text), text[-6000:]
     assert re.search(r"2 hosts: host 0 = ranks 0-2; host 1 = ranks? 3", text), text[-6000:]
-    assert "algorithm hier" not in text, text[-6000:]
+    # all_reduce cuts its chunks into as many portions as the largest host
+    # has ranks; the others need the same number of ranks on every host.
+    assert re.search(r"all_reduce\w* \(rank \d, seq \d+\): algorithm hier", text), text[-6000:]
+    for coll in ("all_gather", "reduce_scatter"):
+        assert not re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
 
 
 def test_testbed_removes_its_namespaces_when_the_body_raises():

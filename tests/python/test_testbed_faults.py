@@ -27,10 +27,11 @@ HOSTS, PER_HOST = 2, 2
 WORLD = HOSTS * PER_HOST
 
 
-def _run(fault, survivors, idle_s=0.0, env=None):
-    """Starts the job, applies `fault(tb)` once every rank is in its loop, and returns
+def _run(fault, survivors, idle_s=0.0, env=None, layout=(PER_HOST,) * HOSTS):
+    """Starts the job, ranks on each host as `layout` says, applies `fault(tb)` once every
+    rank is in its loop, and returns
     (seconds from the fault to each survivor's error, each survivor's result, logs)."""
-    with tempfile.TemporaryDirectory(prefix="ringx-faults-") as out, testbed.Testbed(HOSTS) as tb:
+    with tempfile.TemporaryDirectory(prefix="ringx-faults-") as out, testbed.Testbed(len(layout)) as tb:
         faulted = {}
 
         def ready(name):
@@ -39,7 +40,7 @@ def _run(fault, survivors, idle_s=0.0, env=None):
         def inject():
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not all(
-                    os.path.exists(os.path.join(out, f"ready.{r}")) for r in range(WORLD)):
+                    os.path.exists(os.path.join(out, f"ready.{r}")) for r in range(sum(layout))):
                 time.sleep(0.05)
             time.sleep(0.3)  # a few hundred collectives in
             faulted["at"] = time.time()
@@ -47,7 +48,7 @@ def _run(fault, survivors, idle_s=0.0, env=None):
 
         injector = threading.Thread(target=inject, daemon=True)
         injector.start()
-        codes, logs = tb.torchrun(PER_HOST, os.path.join(HERE, "testbed_fault_rank.py"),
+        codes, logs = tb.torchrun(list(layout), os.path.join(HERE, "testbed_fault_rank.py"),
                                   env={"FAULT_DIR": out, "FAULT_TIMEOUT_S": str(TIMEOUT_S),
                                        "FAULT_IDLE_S": str(idle_s), **(env or {})},
                                   timeout=180, done=lambda: ready("result"))
@@ -104,3 +105,17 @@ def test_the_other_hosts_ranks_shrink_the_group_and_go_on_when_a_host_dies():
         assert shrunk and "error" not in shrunk, f"rank {r}: {res}\n{text[-4000:]}"
         assert (shrunk["size"], shrunk["sum"]) == (2, 4.0), f"rank {r}: {res}"
         print(f"rank {r}: shrank and went on {1000 * shrunk['seconds']:.0f} ms after its error")
+
+
+def test_the_other_hosts_ranks_shrink_onto_hosts_of_two_and_one():
+    """Hosts of two, one and one ranks, the hierarchical all_reduce forced; the last host
+    dies, and ranks 0-2 dist.shrink_group([3]) onto a host of two and a host of one,
+    where the lone rank runs the hierarchical all_reduce without a shared-memory area,
+    on the chunk size the parent's hosts agreed on."""
+    delays, results, text = _run(lambda tb: tb.kill_host(2), survivors=range(3), layout=(2, 1, 1),
+                                 env={"FAULT_SHRINK": "3", "RINGX_ALGO": "all_reduce:hier"})
+    _check(delays, results, text, ("closed", "Timed out"))
+    for r, res in results.items():
+        shrunk = res.get("shrunk")
+        assert shrunk and "error" not in shrunk, f"rank {r}: {res}\n{text[-4000:]}"
+        assert (shrunk["size"], shrunk["sum"]) == (3, 9.0), f"rank {r}: {res}"

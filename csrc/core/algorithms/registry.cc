@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "core/algorithms/host_layout.h"
+
 namespace ringx {
 
 namespace {
@@ -16,6 +18,7 @@ bool singleCopy(const CollArgs& a) { return sharedMemory(a) && a.cma != nullptr;
 // cannot scale each by its own rank's PREMUL_SUM factor.
 bool singleCopyUnscaled(const CollArgs& a) { return singleCopy(a) && a.op != ReduceOp::PremulSum; }
 bool hierarchical(const CollArgs& a) { return a.hosts != nullptr && !a.device; }
+bool hierarchicalEven(const CollArgs& a) { return hierarchical(a) && a.hosts->even; }
 
 constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllReduce,
@@ -42,8 +45,8 @@ constexpr std::array kAlgorithms{
               "all ranks on one host, able to read each other's memory", &singleCopy, &buildAllReduceCma},
     Algorithm{"hier", Collective::AllReduce,
               "shared-memory reduce-scatter on each host, an all-reduce among the ranks with the same local rank "
-              "on every host (all at once), shared-memory all-gather",
-              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              "on every host (all at once), shared-memory all-gather; pipelined block by block",
+              "more than one host, at least 2 ranks on some host", &hierarchical,
               &buildAllReduceHier},
     Algorithm{"binomial", Collective::Broadcast, "pipelined binomial tree from the root", "any root",
               &always, &buildBroadcastBinomial},
@@ -64,7 +67,7 @@ constexpr std::array kAlgorithms{
     Algorithm{"hier", Collective::AllGather,
               "an all-gather among the ranks with the same local rank on every host (all at once), then a "
               "shared-memory all-gather of what each gathered",
-              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              "more than one host, the same number (at least 2) of ranks on each", &hierarchicalEven,
               &buildAllGatherHier},
     Algorithm{"binomial", Collective::Reduce, "pipelined binomial tree towards the root, reducing at each level",
               "any root", &always, &buildReduceBinomial},
@@ -83,7 +86,7 @@ constexpr std::array kAlgorithms{
     Algorithm{"hier", Collective::ReduceScatter,
               "a shared-memory reduce-scatter on each host into the blocks of the ranks with each local rank, "
               "then a reduce-scatter of those among the same local rank on every host (all at once)",
-              "more than one host, the same number (at least 2) of ranks on each", &hierarchical,
+              "more than one host, the same number (at least 2) of ranks on each", &hierarchicalEven,
               &buildReduceScatterHier},
     Algorithm{"pairwise", Collective::AllToAll, "every pair of ranks exchanges its blocks directly, all at once",
               "any split sizes", &always, &buildAllToAllPairwise},

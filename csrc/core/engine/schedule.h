@@ -234,6 +234,16 @@ class Schedule {
     }
   }
 
+  // Rewrites the tag of every Send and Recv as `retag(tag)`: several
+  // sub-schedules of one op, each numbering its messages from 0, then keep
+  // apart on the wire.
+  template <typename Retag>
+  void mapTags(Retag retag) {
+    for (Step& st : steps_) {
+      if (st.kind == StepKind::Send || st.kind == StepKind::Recv) st.tag = retag(st.tag);
+    }
+  }
+
   void setScaleFactor(double f) { scaleFactor_ = f; }
   void setAlgorithm(std::string name) { algorithm_ = std::move(name); }
   // A receive whose peer closed its connection does not end the op at once:

@@ -167,8 +167,14 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // among the hosts. Every local rank's share crosses the host's one link,
     // so that part is costed with the whole buffer.
     const HostLayout& h = *a.hosts;
+    // Uneven hosts: on the 3 + 1 test bed (2 cores for 4 ranks) the rank
+    // alone on its host copies and reduces all its host sends. At 64 MiB it
+    // took 748 ms against the flat ring's 859 on a quiet machine, but
+    // 901-957 against 879-887 under load, and 35 ms against 12 at 1 MiB;
+    // forced only (RINGX_ALGO=all_reduce:hier) until it wins everywhere.
+    if (!h.even) return std::numeric_limits<double>::infinity();
     const double L = h.localSize();
-    const double chunks = std::max(1.0, std::ceil(N / double(h.shm->slotBytes())));
+    const double chunks = std::max(1.0, std::ceil(N / double(h.chunkBytes)));
     const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
     return local + acrossHostsUs(a, a.count);
   }
