@@ -197,22 +197,32 @@ cpp-test: sysdeps venv build
 # 402 s. torchft's replica tests (about 80 s, peers killed and healed) run
 # with the host suites, the shortest run then (303 s against the rest's 611 s,
 # 2026-11-29). Each run's output is in build/logs/py-test-*.log.
+# A fourth run, also at nice 10, holds the suites that start processes of their
+# own (torchrun, the example and benchmark scripts, the packaging checks)
+# rather than the session's worlds: the rest was the last to end (845 s against
+# the fault suites' 588 s in a fresh clone, 2026-11-29), and these start no
+# world the rest would then start twice.
 PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
+PY_TEST_SOLO := $(addprefix tests/python/,test_bench_callpath.py test_bench_floor.py \
+	test_build_guards.py test_check_cuda_archs.py test_cmake_options.py test_docs_links.py \
+	test_entry_point.py test_example_elastic.py test_gpu_script.py test_many_ranks.py \
+	test_packaging.py test_settings_agree.py test_soak.py test_thread_state.py test_threads.py)
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 py-test: sysdeps venv build $(DOCS_STAMP)
-	@mkdir -p build/logs; rc=(0 0 0); \
+	@mkdir -p build/logs; rc=(0 0 0 0); \
 	$(PY_TEST_RUN) $(PY_TEST_FAULTS) > build/logs/py-test-faults.log 2>&1 & faults=$$!; \
 	$(PY_TEST_RUN) $(PY_TEST_HOSTS) > build/logs/py-test-hosts.log 2>&1 & hosts=$$!; \
-	nice -n 10 $(PY_TEST_RUN) tests/python $(addprefix --ignore=,$(PY_TEST_FAULTS) $(PY_TEST_HOSTS)) \
+	nice -n 10 $(PY_TEST_RUN) $(PY_TEST_SOLO) > build/logs/py-test-solo.log 2>&1 & solo=$$!; \
+	nice -n 10 $(PY_TEST_RUN) tests/python $(addprefix --ignore=,$(PY_TEST_FAULTS) $(PY_TEST_HOSTS) $(PY_TEST_SOLO)) \
 	  > build/logs/py-test-rest.log 2>&1 || rc[0]=$$?; \
-	wait $$faults || rc[1]=$$?; wait $$hosts || rc[2]=$$?; \
-	for part in rest faults hosts; do echo "======== py-test: $$part ========"; cat build/logs/py-test-$$part.log; done; \
-	echo "py-test: the rest: $$(tail -n1 build/logs/py-test-rest.log); faults:" \
-	  "$$(tail -n1 build/logs/py-test-faults.log); hosts: $$(tail -n1 build/logs/py-test-hosts.log)"; \
-	[ "$${rc[*]}" = "0 0 0" ]
+	wait $$faults || rc[1]=$$?; wait $$hosts || rc[2]=$$?; wait $$solo || rc[3]=$$?; \
+	for part in rest solo faults hosts; do echo "======== py-test: $$part ========"; cat build/logs/py-test-$$part.log; done; \
+	echo "py-test: the rest: $$(tail -n1 build/logs/py-test-rest.log); solo: $$(tail -n1 build/logs/py-test-solo.log);" \
+	  "faults: $$(tail -n1 build/logs/py-test-faults.log); hosts: $$(tail -n1 build/logs/py-test-hosts.log)"; \
+	[ "$${rc[*]}" = "0 0 0 0" ]
 
 # A wheel built against .venv's torch. It shares make build's build folder,
 # so only what changed is compiled.
@@ -382,7 +392,9 @@ SUMMARY_test-system-ucx := test-system-ucx:
 later-venvs: $(WHEEL_VENV_STAMP) $(TORCH2_VENV_STAMP) $(SYSUCX_VENV_STAMP) sysucx-debs
 
 # Runs every suite even when one fails, then says which passed and how long
-# each took (CI's budget for all of it is 30 min); fails if any did.
+# each took (CI's budget for all of it is 30 min) and the CPU the whole
+# machine spent meanwhile (every process, the background installs included: on
+# 2 cores a stage of N s has 2N cpu-s to spend); fails if any did.
 # The later stages' installs (their venvs, Debian's UCX) run in the
 # background at nice 19 and idle I/O priority, and are waited for before
 # wheel-test: they fill what py-test leaves idle (its fault and host suites). In
@@ -401,16 +413,17 @@ test: sysdeps
 	  nice -n 19 ionice -c 3 $(MAKE) --no-print-directory later-venvs || s=FAILED; \
 	  echo "later-venvs: $$s in $$(( $$(date +%s) - start )) s" ) > build/logs/later-venvs.log 2>&1 & later=$$!; \
 	$(MAKE) --no-print-directory venv build || { wait $$later || true; exit 1; }; \
-	results=("set-up+build|ok|$$(( $$(date +%s) - $(MAKE_TEST_START) ))"); \
+	busy() { awk '/^cpu /{print $$2+$$3+$$4+$$7+$$8+$$9}' /proc/stat; }; hz=$$(getconf CLK_TCK); \
+	results=("set-up+build|ok|$$(( $$(date +%s) - $(MAKE_TEST_START) ))|"); \
 	for t in cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test-sanitize; do \
 	  if [ $$t = wheel-test ]; then wait $$later || true; fi; \
-	  echo "======== $$t ========"; start=$$(date +%s); \
+	  echo "======== $$t ========"; start=$$(date +%s); b0=$$(busy); \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
-	  results+=("$$t|$$s|$$(( $$(date +%s) - start ))"); \
+	  results+=("$$t|$$s|$$(( $$(date +%s) - start ))|$$(( ($$(busy) - b0) / hz ))"); \
 	done; \
 	echo; echo "======== make test: summary (logs in build/logs/) ========"; \
 	for r in "$${results[@]}"; do \
-	  IFS='|' read -r t s secs <<< "$$r"; \
+	  IFS='|' read -r t s secs cpu <<< "$$r"; \
 	  case $$t in \
 	    cpp-test) pat='$(SUMMARY_cpp-test)';; py-test) pat='$(SUMMARY_py-test)';; \
 	    test-sanitize) pat='$(SUMMARY_test-sanitize)';; torch-compat) pat='$(SUMMARY_torch-compat)';; \
@@ -419,7 +432,7 @@ test: sysdeps
 	    *) pat='$(SUMMARY_wheel-test)';; \
 	  esac; \
 	  last=$$(grep -sE "$$pat" "build/logs/$$t.log" | tail -n1 || true); \
-	  printf '%-15s %-7s %6s s  %s\n' "$$t" "$$s" "$$secs" "$$last"; \
+	  printf '%-15s %-7s %6s s %9s  %s\n' "$$t" "$$s" "$$secs" "$${cpu:+$$cpu cpu-s}" "$$last"; \
 	done; \
 	echo "later stages' installs, in the background: $$(tail -n1 build/logs/later-venvs.log)"; \
 	echo "make test: $$(( $$(date +%s) - $(MAKE_TEST_START) )) s in all, set-up and build included"; \

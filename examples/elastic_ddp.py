@@ -136,7 +136,7 @@ def _gone(store):
     return {int(r) for r in store.get(GONE_KEY).decode().split(",") if r}
 
 
-Outcome = collections.namedtuple("Outcome", "ok survivors done hung")
+Outcome = collections.namedtuple("Outcome", "ok survivors done hung why")
 
 
 def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
@@ -144,7 +144,8 @@ def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
 
     ok: every survivor finished, with equal parameters, within `limit` seconds;
     done: {rank: (final loss, parameters as bytes)} of those that finished; hung:
-    the ranks still running at the limit, killed then.
+    the ranks still running at the limit, killed then; why: which of those checks
+    failed ("" when ok).
     `ctx` is the multiprocessing context that starts the ranks (default spawn);
     a forkserver with torch and ringx preloaded starts them in milliseconds.
     """
@@ -178,8 +179,17 @@ def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
             proc.kill()
             proc.join()
     survivors = sorted(set(procs) - gone)
-    ok = not hung and sorted(done) == survivors and len({params for _, params in done.values()}) == 1
-    return Outcome(ok, survivors, done, hung)
+    why = []
+    if hung:
+        why.append(f"ranks {hung} still running {limit} s after the start, or not exited 30 s after "
+                   f"the last result (killed)")
+    if sorted(done) != survivors:
+        why.append(f"the ranks that did not die are {survivors} but {sorted(done)} sent results")
+    if len({params for _, params in done.values()}) > 1:
+        first = min(done)
+        why.append(f"parameters differ from rank {first}'s on ranks "
+                   f"{[r for r in sorted(done) if done[r][1] != done[first][1]]}")
+    return Outcome(not why, survivors, done, hung, "; ".join(why))
 
 
 def main():
@@ -196,7 +206,7 @@ def main():
     a = p.parse_args()
     kills = {int(r): int(s) for r, s in (k.split("@") for k in a.kill)}
 
-    ok, survivors, done, _ = launch(a.nproc, a.steps, kills, a.hidden, a.progress)
+    ok, survivors, done, _, why = launch(a.nproc, a.steps, kills, a.hidden, a.progress)
     for r in sorted(done):
         print(f"[launcher] rank {r}: final loss {done[r][0]:.4f}")
     if a.save and ok:
@@ -205,7 +215,7 @@ def main():
 
         torch.save(torch.from_numpy(np.frombuffer(done[survivors[0]][1], dtype=np.float32).copy()), a.save)
     print(f"[launcher] {len(survivors)} of {a.nproc} ranks finished "
-          + ("with equal parameters" if ok else "WRONG: missing ranks or parameters that differ"))
+          + ("with equal parameters" if ok else f"WRONG: {why}"))
     sys.exit(0 if ok else 1)
 
 

@@ -75,7 +75,7 @@ def trial(rng, limit, ctx):
     if out.hung:
         return "hang", what, f"ranks {out.hung} still running after {limit} s"
     if not out.ok:
-        return "crash", what, f"finished: {sorted(out.done)}, survivors: {out.survivors}"
+        return "crash", what, out.why
     got = torch.from_numpy(np.frombuffer(out.done[out.survivors[0]][1], dtype=np.float32).copy())
     want = replay(nproc, kills, hidden)
     err = (got - want).abs().max().item()

@@ -23,6 +23,12 @@ def allreduce_ops(seed, count, dtype, ops, factor=refs.PREMUL_FACTOR, group=None
     return out
 
 
+def allreduce_cells(seed, cells, group=None):
+    """allreduce_ops for each (dtype, count, ops) of `cells`, in one call of the case:
+    {(dtype, count): {op: result}}."""
+    return {(dtype, count): allreduce_ops(seed, count, dtype, ops, group=group) for dtype, count, ops in cells}
+
+
 def allreduce_counts(seed, counts, dtypes, op="SUM", group=None):
     """One all_reduce per (dtype, count): many back-to-back collectives of odd sizes."""
     rank = dist.get_rank()

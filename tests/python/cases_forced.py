@@ -31,4 +31,4 @@ def _group(spec):
 
 def on_forced_group(spec, case, **kwargs):
     """case(**kwargs) on every rank with group= the world's group for RINGX_ALGO=spec."""
-    return harness._resolve(case)(group=_group(spec), **kwargs)
+    return harness.resolve(case)(group=_group(spec), **kwargs)

@@ -105,7 +105,7 @@ def case_name(fn) -> str:
     return f"{mod}:{fn.__qualname__}"
 
 
-def _resolve(name: str):
+def resolve(name: str):
     mod, _, qual = name.partition(":")
     obj = importlib.import_module(mod)
     for part in qual.split("."):
@@ -182,7 +182,7 @@ def _worker_main(rank, world_size, env, conn, log_path):
             break
         _, seq, name, kwargs = msg
         try:
-            value = _resolve(name)(**kwargs)
+            value = resolve(name)(**kwargs)
             reply = ("ok", seq, value)
         except BaseException as e:  # report everything, including SystemExit
             reply = ("err", seq, f"{type(e).__name__}: {e}", traceback.format_exc())
