@@ -6,6 +6,7 @@ and against the link's bound; barrier beside them.
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
     python benchmarks/testbed.py --layout 3,1             # uneven hosts
+    python benchmarks/testbed.py --containers             # a pid namespace per rank
     python benchmarks/testbed.py --json docs/bench/testbed.json
 
 Each configuration runs in the same torchrun job: the default group is ringx with its
@@ -190,6 +191,9 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--layout", help="ranks on each host, comma separated (e.g. 3,1); overrides the two above")
+    ap.add_argument("--containers", action="store_true",
+                    help="each rank in a pid namespace of its own, sharing its host's /dev/shm (test-bed layout "
+                         "'containers')")
     ap.add_argument("--rate", default="1gbit", help="tc rate of every host's link ('none': unshaped)")
     ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
     ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
@@ -212,7 +216,8 @@ def main() -> int:
         codes, logs = tb.torchrun(ranks if args.layout else args.ranks_per_host, os.path.abspath(__file__),
                                   ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
                                    "--pingpongs", str(args.pingpongs), "--collectives", args.collectives],
-                                  env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800)
+                                  env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800,
+                                  layout="containers" if args.containers else "hosts")
     found = [line for log in logs for line in log.splitlines() if line.startswith("RESULT ")]
     if codes != [0] * args.hosts or not found:
         for i, log in enumerate(logs):
@@ -221,6 +226,7 @@ def main() -> int:
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
     layout = f"hosts of {args.layout} ranks" if args.layout else f"{args.hosts} hosts x {args.ranks_per_host} ranks"
+    layout += ", a pid namespace per rank" if args.containers else ""
     print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
@@ -246,7 +252,7 @@ def main() -> int:
                   f"{row['vs_best_flat']:7.2f} " + (f"{100 * row['of_bound']:7.0f}%" if nbytes else "      -"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "rate": rate,
+            json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "containers": args.containers, "rate": rate,
                        "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
                        "rows": table, "raw": results}, f, indent=1)
     return 0
