@@ -42,8 +42,9 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
         assert f"testbed rank {r}/4 on host{r // 2}: ok" in text, text[-6000:]
     assert ("2 hosts: host 0 = ranks 0-1 (shared memory, two-copy); host 1 = ranks 2-3 (shared memory, two-copy)"
             in text), text[-6000:]
-    # Two ranks on each host: these run hierarchically.
-    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+    # Two ranks on each host: these run hierarchically (broadcast from rank 3, whose flat
+    # tree would cross its host's link twice).
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
     # The other host's ranks are reached over TCP on the test bed's link.
     assert re.search(r"rank 0 on UCX [\d.]+: .*ranks 2,3 over [^;]*tcp/eth0", text), text[-6000:]
@@ -69,7 +70,7 @@ def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compu
     assert len(pidns) == 4, pidns
     assert ("2 hosts: host 0 = ranks 0-1 (shared memory, two-copy); host 1 = ranks 2-3 (shared memory, two-copy)"
             in text), text[-6000:]
-    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
 
 
