@@ -74,6 +74,22 @@ def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compu
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
 
 
+@pytest.mark.parametrize("layout,path", [("hosts", "shared memory, single copy"),
+                                         ("containers", "shared memory, two-copy")])
+def test_ranks_of_one_host_share_memory_with_single_copy_only_where_they_see_each_others_processes(layout, path):
+    """One host of two ranks: in one pid namespace they read each other's memory (CMA);
+    each in a pid namespace of its own, they still share /dev/shm but not their
+    processes, so the group takes the two-copy slots."""
+    with testbed.Testbed(1) as tb:
+        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
+                                  timeout=300, layout=layout)
+    text = "\n".join(logs)
+    assert codes == [0], text[-6000:]
+    for r in range(2):
+        assert f"testbed rank {r}/2 on host0: ok" in text, text[-6000:]
+    assert f"1 host: host 0 = ranks 0-1 ({path})" in text, text[-6000:]
+
+
 def test_uneven_hosts_run_a_forced_hierarchical_all_reduce_and_the_others_flat():
     with testbed.Testbed(2) as tb:
         # all_reduce:hier is forced: the cost model keeps the flat one on uneven hosts.
