@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""all_reduce, all_gather and reduce_scatter across hosts on the namespace test bed
-(tools/testbed.py): ringx's hierarchical algorithms against its flat ones and gloo,
-and against the link's bound; barrier beside them.
+"""all_reduce, all_gather, reduce_scatter and broadcast across hosts on the namespace
+test bed (tools/testbed.py): ringx's hierarchical algorithms against its flat ones and
+gloo, and against the link's bound; barrier beside them.
 
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
     python benchmarks/testbed.py --layout 3,1             # uneven hosts
+    python benchmarks/testbed.py --containers             # a pid namespace per rank
+    python benchmarks/testbed.py --collectives broadcast --root 0
     python benchmarks/testbed.py --json docs/bench/testbed.json
 
 Each configuration runs in the same torchrun job: the default group is ringx with its
@@ -19,7 +21,9 @@ Sizes are the whole buffer: all_reduce's, all_gather's output, reduce_scatter's
 input. The link rate is measured, not assumed: before the job, one TCP stream each
 way between host 0 and host 1 at once, through the same shaped links. The bound is
 the bytes that must cross one host's link each way over that rate: 2 (H-1)/H N for
-all_reduce (each host's partial sum out, the total back), (H-1)/H N for the others.
+all_reduce (each host's partial sum out, the total back), N for broadcast (into every
+host but the root's), (H-1)/H N for the others. broadcast's root is --root (default 1:
+on 2 x 2 hosts the flat binomial tree from it crosses the root host's link twice).
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
 BARRIERS = 20  # per timed barrier call: their mean
 # The flat algorithms forced for comparison (RINGX_ALGO), and which collective each serves.
 FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
-        "ringx dissemination": "barrier:dissemination"}
+        "ringx dissemination": "barrier:dissemination", "ringx binomial": "broadcast:binomial"}
 FLAT_FOR = {"all_reduce": ["ringx ring", "ringx rabenseifner"], "all_gather": ["ringx ring"],
-            "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"]}
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter,barrier"
+            "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"], "broadcast": ["ringx binomial"]}
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,broadcast,barrier"
 
 _STREAM = r"""
 import socket, sys, time
@@ -128,7 +132,8 @@ def worker(args) -> None:
             times = {name: [] for name in names}
             for i in range(iters + 1):
                 for name in names:
-                    took = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}")
+                    took = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}",
+                                args.root)
                     slowest = torch.tensor([took], dtype=torch.float64)
                     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
                     if i:  # the first call of each warms up connections and buffers
@@ -139,7 +144,7 @@ def worker(args) -> None:
     dist.destroy_process_group()
 
 
-def call(dist, torch, coll, elems, rank, world, group, sync, what) -> float:
+def call(dist, torch, coll, elems, rank, world, group, sync, what, root) -> float:
     """One collective on `group` after a barrier on `sync`; checks its result and
     returns this rank's time in seconds."""
     block = elems // world
@@ -159,6 +164,13 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what) -> float:
         dist.all_reduce(t, group=group)
         took = time.perf_counter() - start
         ok = t[0].item() == world * (world + 1) / 2 and t[-1].item() == t[0].item()
+    elif coll == "broadcast":
+        t = torch.full((elems,), float(rank))
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.broadcast(t, src=root, group=group)
+        took = time.perf_counter() - start
+        ok = elems == 0 or (t[0].item() == root and t[-1].item() == root)
     elif coll == "all_gather":
         out = torch.empty(block * world)
         src = torch.full((block,), float(rank))
@@ -190,11 +202,15 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--layout", help="ranks on each host, comma separated (e.g. 3,1); overrides the two above")
+    ap.add_argument("--containers", action="store_true",
+                    help="each rank in a pid namespace of its own, sharing its host's /dev/shm (test-bed layout "
+                         "'containers')")
     ap.add_argument("--rate", default="1gbit", help="tc rate of every host's link ('none': unshaped)")
     ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
     ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
     ap.add_argument("--pingpongs", type=int, default=200, help="round trips for the one-way latency")
     ap.add_argument("--collectives", default=COLLECTIVES, help=f"comma separated (default {COLLECTIVES})")
+    ap.add_argument("--root", type=int, default=1, help="broadcast's root (default 1)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -211,8 +227,10 @@ def main() -> int:
         link = measure_link(tb, 32 << 20) if args.hosts > 1 else float("nan")
         codes, logs = tb.torchrun(ranks if args.layout else args.ranks_per_host, os.path.abspath(__file__),
                                   ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
-                                   "--pingpongs", str(args.pingpongs), "--collectives", args.collectives],
-                                  env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800)
+                                   "--pingpongs", str(args.pingpongs), "--collectives", args.collectives,
+                                   "--root", str(args.root)],
+                                  env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800,
+                                  layout="containers" if args.containers else "hosts")
     found = [line for log in logs for line in log.splitlines() if line.startswith("RESULT ")]
     if codes != [0] * args.hosts or not found:
         for i, log in enumerate(logs):
@@ -221,6 +239,7 @@ def main() -> int:
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
     layout = f"hosts of {args.layout} ranks" if args.layout else f"{args.hosts} hosts x {args.ranks_per_host} ranks"
+    layout += ", a pid namespace per rank" if args.containers else ""
     print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
@@ -232,9 +251,10 @@ def main() -> int:
         nbytes = SIZES.get(label, 0)
         med = {name: statistics.median(v) for name, v in times.items()}
         best_flat = min(med[name] for name in times if name in FLAT)
-        # What must cross one host's link each way: all_reduce 2 (H-1)/H N, the
-        # others (H-1)/H N (N the whole buffer).
-        crossing = nbytes * (args.hosts - 1) / args.hosts * (2 if coll == "all_reduce" else 1)
+        # What must cross one host's link each way: all_reduce 2 (H-1)/H N,
+        # broadcast N, the others (H-1)/H N (N the whole buffer).
+        crossing = nbytes if coll == "broadcast" else nbytes * (args.hosts - 1) / args.hosts * (
+            2 if coll == "all_reduce" else 1)
         bound = crossing / link if args.hosts > 1 else float("nan")
         for name, v in times.items():
             row = {"collective": coll, "size": label, "bytes": nbytes, "config": name, "median_s": med[name],
@@ -246,8 +266,8 @@ def main() -> int:
                   f"{row['vs_best_flat']:7.2f} " + (f"{100 * row['of_bound']:7.0f}%" if nbytes else "      -"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "rate": rate,
-                       "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
+            json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "containers": args.containers,
+                       "root": args.root, "rate": rate, "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
                        "rows": table, "raw": results}, f, indent=1)
     return 0
 

@@ -199,7 +199,9 @@ void ProcessGroupRingx::logUp(const std::string& phases) const {
   if (logLevel() < LogLevel::Info) return;
   RINGX_LOG(Info, "ringx: rank " << rank_ << "/" << size_ << " up (" << phases << "), timeout " << timeout_.load().count()
                                   << " ms; "
-                                  << topology_.describe() << "; this rank reaches "
+                                  << topology_.describe(hostPaths(topology_, bool(shm_), bool(cma_),
+                                                                  hostLayout_.hosts > 0))
+                                  << "; this rank reaches "
                                   << (shm_ ? "every rank through shared memory"
                                            : "every rank through UCX (RINGX_TLS " +
                                                  (settingText("RINGX_TLS").empty() ? std::string("unset")

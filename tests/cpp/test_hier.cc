@@ -284,3 +284,55 @@ TEST_CASE("on uneven hosts the hierarchical all_reduce is there when forced, the
     }
   }
 }
+
+TEST_CASE("hierarchical broadcast gives every rank the root's buffer, from every root, on every layout") {
+  auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{2, 0, 1, 0, 1, 2},
+                         std::vector<int>{0, 0, 0, 1}, std::vector<int>{1, 0, 2, 0});
+  // Up to many shared-memory chunks (4 KiB each here): several pipeline blocks.
+  auto count = GENERATE(size_t{1}, size_t{5}, size_t{3001}, size_t{70001});
+  CAPTURE(hostOf, count);
+  HostsWorld w(hostOf);
+  const int n = w.size;
+  onEachRank(n, [&](int r) {
+    for (int root = 0; root < n; ++root) {
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = input(r, i, root);
+      CollArgs a = w.args(r, uint64_t(root + 1));
+      a.coll = Collective::Broadcast;
+      a.root = root;
+      a.buf = buf.data();
+      a.count = count;
+      RANK_REQUIRE_NO_ERROR(
+          runOp(*w.comms[size_t(r)], "broadcast", a.seq, buildChecked(hier(Collective::Broadcast), a)));
+      for (size_t i = 0; i < count; ++i) {
+        if (buf[i] != input(root, i, root)) {
+          RANK_FAIL("rank " << r << " root " << root << " element " << i << " got " << buf[i]);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("the cost model takes the hierarchical broadcast only where the flat tree crosses a link more often") {
+  // On 2 x 2 hosts the flat binomial tree from root 0 or 2 crosses each link
+  // once, as the hierarchical one does; from 1 or 3 the root's host sends
+  // twice. Ranks interleaved over the hosts, every root's tree crosses twice.
+  HostsWorld w({0, 0, 1, 1});
+  HostsWorld interleaved({0, 1, 0, 1});
+  for (size_t count : {size_t{1}, size_t{16} << 20}) {
+    for (int root = 0; root < 4; ++root) {
+      CAPTURE(count, root);
+      CollArgs a = w.args(0, 1);
+      a.coll = Collective::Broadcast;
+      a.root = root;
+      a.count = count;
+      REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == (root % 2 ? "hier" : "binomial"));
+      REQUIRE(selectAlgorithm(a, AlgoOverride("broadcast:binomial")).name == "binomial");
+      CollArgs b = interleaved.args(0, 1);
+      b.coll = Collective::Broadcast;
+      b.root = root;
+      b.count = count;
+      REQUIRE(selectAlgorithm(b, AlgoOverride("")).name == "hier");
+    }
+  }
+}

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "core/patterns/hierarchy.h"
 #include "core/patterns/ring.h"
 #include "core/patterns/tree.h"
 
@@ -68,4 +69,17 @@ TEST_CASE("binomial tree reaches every rank exactly once from any root within ce
       REQUIRE(reached.count(root) == 0);
     }
   }
+}
+
+TEST_CASE("the busiest link of a binomial broadcast counts the tree edges crossing it in one direction") {
+  // Hosts of two consecutive ranks: from root 0 one edge leaves host 0
+  // (0 -> 2); from root 1 two do (1 -> 3, 1 -> 2) and one comes back (3 -> 0).
+  REQUIRE(hierarchy::busiestLinkEdges({0, 0, 1, 1}, 0) == 1);
+  REQUIRE(hierarchy::busiestLinkEdges({0, 0, 1, 1}, 1) == 2);
+  REQUIRE(hierarchy::busiestLinkEdges({0, 1, 0, 1}, 0) == 2);
+  REQUIRE(hierarchy::busiestLinkEdges({0, 0, 0, 0}, 2) == 0);
+  // Among one rank per host the root's host sends ceil(log2 H) times.
+  REQUIRE(hierarchy::busiestLinkEdgesAcrossHosts(2, 1) == 1);
+  REQUIRE(hierarchy::busiestLinkEdgesAcrossHosts(5, 0) == 3);
+  REQUIRE(hierarchy::busiestLinkEdgesAcrossHosts(8, 3) == 3);
 }

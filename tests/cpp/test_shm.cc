@@ -251,7 +251,7 @@ TEST_CASE("shm area refuses a world whose ranks are not all on this host") {
 
 TEST_CASE("shm area creation that fails on a peer's missing segment leaves no name of its own in /dev/shm") {
   MemoryStore store;
-  store.set("t/host/1", bytesOf(hostIdentity()));
+  store.set("t/host/1", bytesOf(shmDomain()));
   store.set("t/slot/1", bytesOf(std::string("4096")));
   store.set("t/shm/1", bytesOf(std::string("/ringx-test-no-such-segment")));
   const std::string mine = "ringx-" + std::to_string(::getpid()) + "-";

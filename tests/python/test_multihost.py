@@ -1,5 +1,6 @@
 """Ranks on two "hosts": each host is a network, pid and UTS namespace of its own
-(`ip netns` + a veth pair, `unshare --pid --uts`), so ringx and UCX see different
+with a /dev/shm of its own (`ip netns` + a veth pair, `unshare --pid --uts
+--mount-proc`, a tmpfs on /dev/shm), so ringx and UCX see different
 machines: no shared memory between them, traffic over TCP on the veth link, remote
 peer failure detected by UCX rather than by watching pids.
 
@@ -93,7 +94,7 @@ def launch(hosts, mode, victim=-1, limit=120, setup=None):
                        LOCAL_WORLD_SIZE=str(RANKS_PER_HOST), TORCH_CPP_LOG_LEVEL="ERROR")
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", ns, "unshare", "--pid", "--uts", "--mount-proc", "--fork", "sh", "-c",
-                 f"hostname host{h}; {(setup or {}).get(h, 'true')}; {starts} & wait"], env=env,
+                 f"hostname host{h}; {OWN_DEV_SHM}; {(setup or {}).get(h, 'true')}; {starts} & wait"], env=env,
                 start_new_session=True))
         deadline = time.time() + limit
         while time.time() < deadline and any(p.poll() is None for p in procs):
@@ -118,6 +119,10 @@ def test_collectives_across_two_hosts(hosts):
         assert rep["host"] == f"host{r // RANKS_PER_HOST}", logs
         assert len(rep["checked"]) == 10 and rep["checked"][-1] == "barrier", f"rank {r}: {rep}\n{logs}"
 
+
+# Ranks that can open each other's segments in /dev/shm share a host, whatever
+# their pid namespaces: each host gets its own.
+OWN_DEV_SHM = "mount -t tmpfs -o mode=1777 tmpfs /dev/shm"
 
 # Room for one rank's segment (two 512 KiB slots and a page) and not two: the second rank
 # to reserve is refused, as a container's 64 MiB /dev/shm refuses the segments of many
@@ -245,7 +250,7 @@ def launch_matrix(hosts, env, limit):
                             LOCAL_WORLD_SIZE="2", **dict(env, RINGX_FM_CONFIGS=config))
                 procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", ns, "unshare", "--pid", "--uts", "--mount-proc", "--fork", "sh", "-c",
-                     f"hostname host{h}; {starts} & wait"], env=penv, start_new_session=True))
+                     f"hostname host{h}; {OWN_DEV_SHM}; {starts} & wait"], env=penv, start_new_session=True))
         deadline = time.time() + limit
         while time.time() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.2)

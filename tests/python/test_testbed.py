@@ -40,13 +40,54 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     assert codes == [0, 0], text[-6000:]
     for r in range(4):
         assert f"testbed rank {r}/4 on host{r // 2}: ok" in text, text[-6000:]
-    assert "2 hosts: host 0 = ranks 0-1; host 1 = ranks 2-3" in text, text[-6000:]
-    # Two ranks on each host: these run hierarchically.
-    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+    assert ("2 hosts: host 0 = ranks 0-1 (shared memory, two-copy); host 1 = ranks 2-3 (shared memory, two-copy)"
+            in text), text[-6000:]
+    # Two ranks on each host: these run hierarchically (broadcast from rank 3, whose flat
+    # tree would cross its host's link twice).
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
     # The other host's ranks are reached over TCP on the test bed's link.
     assert re.search(r"rank 0 on UCX [\d.]+: .*ranks 2,3 over [^;]*tcp/eth0", text), text[-6000:]
     assert namespaces() == before
+
+
+def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compute_right():
+    """The "containers" layout: each rank in a pid namespace of its own, a host's ranks
+    sharing its network namespace and /dev/shm. ringx finds the hosts by what the ranks
+    can map, so each host's ranks share memory (two-copy: a peer's process is not
+    visible for a single copy) and the hierarchical algorithms run, as in one pid
+    namespace per host."""
+    with testbed.Testbed(2) as tb:
+        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
+                                  timeout=300, layout="containers")
+    text = "\n".join(logs)
+    assert codes == [0, 0], text[-6000:]
+    pidns = set()
+    for r in range(4):
+        seen = re.search(rf"testbed rank {r}/4 on host{r // 2}: ok \((pid:\[\d+\])\)", text)
+        assert seen, text[-6000:]
+        pidns.add(seen.group(1))
+    assert len(pidns) == 4, pidns
+    assert ("2 hosts: host 0 = ranks 0-1 (shared memory, two-copy); host 1 = ranks 2-3 (shared memory, two-copy)"
+            in text), text[-6000:]
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
+
+
+@pytest.mark.parametrize("layout,path", [("hosts", "shared memory, single copy"),
+                                         ("containers", "shared memory, two-copy")])
+def test_ranks_of_one_host_share_memory_with_single_copy_only_where_they_see_each_others_processes(layout, path):
+    """One host of two ranks: in one pid namespace they read each other's memory (CMA);
+    each in a pid namespace of its own, they still share /dev/shm but not their
+    processes, so the group takes the two-copy slots."""
+    with testbed.Testbed(1) as tb:
+        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
+                                  timeout=300, layout=layout)
+    text = "\n".join(logs)
+    assert codes == [0], text[-6000:]
+    for r in range(2):
+        assert f"testbed rank {r}/2 on host0: ok" in text, text[-6000:]
+    assert f"1 host: host 0 = ranks 0-1 ({path})" in text, text[-6000:]
 
 
 def test_uneven_hosts_run_a_forced_hierarchical_all_reduce_and_the_others_flat():
@@ -58,7 +99,7 @@ def test_uneven_hosts_run_a_forced_hierarchical_all_reduce_and_the_others_flat()
     assert codes == [0, 0], text[-6000:]
     for r in range(4):
         assert re.search(rf"testbed rank {r}/4 on host\d: ok", text), text[-6000:]
-    assert re.search(r"2 hosts: host 0 = ranks 0-2; host 1 = ranks? 3", text), text[-6000:]
+    assert "2 hosts: host 0 = ranks 0-2 (shared memory, two-copy); host 1 = ranks 3 (network)" in text, text[-6000:]
     # all_reduce cuts its chunks into as many portions as the largest host
     # has ranks; the others need the same number of ranks on every host.
     assert re.search(r"all_reduce\w* \(rank \d, seq \d+\): algorithm hier", text), text[-6000:]

@@ -27,8 +27,9 @@ HOSTS, PER_HOST = 2, 2
 WORLD = HOSTS * PER_HOST
 
 
-def _run(fault, survivors, idle_s=0.0, env=None, layout=(PER_HOST,) * HOSTS):
-    """Starts the job, ranks on each host as `layout` says, applies `fault(tb)` once every
+def _run(fault, survivors, idle_s=0.0, env=None, layout=(PER_HOST,) * HOSTS, namespaces="hosts"):
+    """Starts the job, ranks on each host as `layout` says (pid namespaces as
+    `namespaces` says: tools/testbed.py's layouts), applies `fault(tb)` once every
     rank is in its loop, and returns
     (seconds from the fault to each survivor's error, each survivor's result, logs)."""
     with tempfile.TemporaryDirectory(prefix="ringx-faults-") as out, testbed.Testbed(len(layout)) as tb:
@@ -51,7 +52,7 @@ def _run(fault, survivors, idle_s=0.0, env=None, layout=(PER_HOST,) * HOSTS):
         codes, logs = tb.torchrun(list(layout), os.path.join(HERE, "testbed_fault_rank.py"),
                                   env={"FAULT_DIR": out, "FAULT_TIMEOUT_S": str(TIMEOUT_S),
                                        "FAULT_IDLE_S": str(idle_s), **(env or {})},
-                                  timeout=180, done=lambda: ready("result"))
+                                  timeout=180, done=lambda: ready("result"), layout=namespaces)
         injector.join(timeout=5)
         text = "\n".join(logs)
         assert "at" in faulted, f"the ranks never all started:\n{text[-6000:]}"
@@ -119,3 +120,13 @@ def test_the_other_hosts_ranks_shrink_onto_hosts_of_two_and_one():
         shrunk = res.get("shrunk")
         assert shrunk and "error" not in shrunk, f"rank {r}: {res}\n{text[-4000:]}"
         assert (shrunk["size"], shrunk["sum"]) == (3, 9.0), f"rank {r}: {res}"
+
+
+def test_the_other_ranks_raise_within_twice_the_timeout_when_a_rank_in_a_pid_namespace_of_its_own_dies():
+    """Ranks as containers (a pid namespace each, a host's /dev/shm shared): rank 3 is
+    SIGKILLed from outside; rank 2 loses a peer it shares memory with but cannot see,
+    ranks 0 and 1 one across the link."""
+    delays, results, text = _run(lambda tb: tb.kill_rank(3), survivors=range(3), namespaces="containers")
+    _check(delays, results, text, ("closed", "Timed out"))
+    for r, res in results.items():
+        print(f"rank {r}: raised {delays[r]:.2f} s after the kill: {res['error'][:200]}")

@@ -2,7 +2,7 @@
 collective kind across hosts against closed forms, all_reduce over the ops, dtypes and
 sizes the hierarchical algorithms cut differently (empty, fewer elements than ranks,
 several shared-memory chunks, in flight together), all_gather and reduce_scatter on
-tensors, and prints one line per rank."""
+tensors, and prints one line per rank (with its pid namespace)."""
 
 import datetime
 import os
@@ -70,6 +70,6 @@ for count in (1, 1001, 200003):
         if not torch.allclose(out.double(), torch.full((count,), want.item(), dtype=torch.float64)):
             wrong.append(f"reduce_scatter {name} {count}")
 dist.barrier()
-print(f"testbed rank {rank}/{world} on {socket.gethostname()}: {'ok' if not wrong else 'WRONG ' + ', '.join(wrong)}",
-      flush=True)
+print(f"testbed rank {rank}/{world} on {socket.gethostname()}: {'ok' if not wrong else 'WRONG ' + ', '.join(wrong)} "
+      f"({os.readlink('/proc/self/ns/pid')})", flush=True)
 dist.destroy_process_group()

@@ -56,6 +56,10 @@ constexpr std::array kAlgorithms{
     Algorithm{"cma", Collective::Broadcast,
               "every other rank reads the root's buffer straight out of its memory (process_vm_readv): one copy",
               "all ranks on one host, able to read each other's memory", &singleCopy, &buildBroadcastCma},
+    Algorithm{"hier", Collective::Broadcast,
+              "a broadcast among one rank per host from the root's host, then a shared-memory broadcast on each "
+              "host; pipelined block by block",
+              "more than one host, at least 2 ranks on some host", &hierarchical, &buildBroadcastHier},
     Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",
               &always, &buildAllGatherRing},
     Algorithm{"shm", Collective::AllGather,

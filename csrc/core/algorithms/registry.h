@@ -40,6 +40,7 @@ Schedule buildAllReduceHier(const CollArgs& a);
 Schedule buildAllGatherHier(const CollArgs& a);
 Schedule buildReduceScatterHier(const CollArgs& a);
 Schedule buildBroadcastShm(const CollArgs& a);
+Schedule buildBroadcastHier(const CollArgs& a);
 Schedule buildAllGatherShm(const CollArgs& a);
 Schedule buildAllToAllShm(const CollArgs& a);
 Schedule buildReduceScatterShm(const CollArgs& a);

@@ -8,6 +8,7 @@
 #include "core/algorithms/hier_steps.h"
 #include "core/algorithms/host_layout.h"
 #include "core/common/error.h"
+#include "core/patterns/hierarchy.h"
 #include "core/transport/shm/shm_area.h"
 
 namespace ringx {
@@ -177,6 +178,25 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     const double chunks = std::max(1.0, std::ceil(N / double(h.chunkBytes)));
     const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
     return local + acrossHostsUs(a, a.count);
+  }
+  if (alg.build == &buildBroadcastHier) {
+    // Taken only where it crosses the busiest link fewer times than the flat
+    // binomial tree over all ranks would for this root and layout (on 2 x 2
+    // hosts: roots 1 and 3, not 0 and 2), so the choice follows the link
+    // bytes, not the flat tree's estimate alone. Then: the inter-host
+    // broadcast, and the last pipeline block's shared-memory broadcast
+    // (about 1/16 of the buffer; the others run while later blocks cross).
+    const HostLayout& h = *a.hosts;
+    std::vector<int> hostOf(size_t(a.size), 0);
+    for (int hh = 0; hh < h.hosts; ++hh) {
+      for (int r : h.hostRanks[size_t(hh)]) hostOf[size_t(r)] = hh;
+    }
+    const int rootHost = hostOf[size_t(a.root)];
+    if (hierarchy::busiestLinkEdgesAcrossHosts(h.hosts, rootHost) >= hierarchy::busiestLinkEdges(hostOf, a.root)) {
+      return std::numeric_limits<double>::infinity();
+    }
+    const double lastBlock = std::min(N, std::max(N / 16, double(h.chunkBytes)));
+    return acrossHostsUs(a, a.count) + 2 * kCost.shmSyncUs + 2 * lastBlock * kCost.copyUsPerByte;
   }
   if (alg.build == &buildAllGatherHier || alg.build == &buildReduceScatterHier) {
     // N is one block. A shared-memory pass over the H blocks of each of

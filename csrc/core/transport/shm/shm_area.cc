@@ -67,7 +67,7 @@ std::string allowedCpus() {
 
 std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPrefix, int rank, int size,
                                          size_t slotBytes) {
-  const std::string host = hostIdentity();
+  const std::string host = shmDomain();
   store.set(keyPrefix + "/host/" + std::to_string(rank), bytesOf(host));
   // The slot size, then the CPUs this rank may use.
   const std::string slotAndCpus = std::to_string(slotBytes) + " " + allowedCpus();

@@ -25,7 +25,7 @@ namespace ringx {
 class ShmArea {
  public:
   // Collective over the ranks. Returns nullptr when the ranks are not all on
-  // this host (same kernel boot and pid namespace), or when a rank could not
+  // this host (same kernel boot, /dev/shm and user), or when a rank could not
   // reserve its segment in /dev/shm (logged as a warning on every rank), so
   // callers fall back to the network algorithms.
   static std::unique_ptr<ShmArea> create(Store& store, const std::string& keyPrefix, int rank, int size,

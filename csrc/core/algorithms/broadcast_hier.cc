@@ -1,0 +1,96 @@
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/algorithms/hier_steps.h"
+#include "core/algorithms/registry.h"
+#include "core/patterns/ring.h"
+
+namespace ringx {
+
+namespace {
+
+// As the hierarchical all-reduce's pipeline (allreduce_hier.cc): at most this
+// many blocks, each of at least this many shared-memory chunks.
+constexpr size_t kMaxBroadcastBlocks = 16;
+constexpr size_t kMinChunksPerBroadcastBlock = 2;
+
+}  // namespace
+
+// Hierarchical broadcast for a group on several hosts: the root's buffer
+// crosses the narrow links as a broadcast among one rank per host, and each
+// host's ranks take it from shared memory.
+//
+// Terms: the root is local rank lr of its host. Each host's "leader" is its
+// rank with local rank lr (modulo its rank count: HostLayout::ownersOf), so
+// the root leads its own host. The buffer is cut into up to kMaxBroadcastBlocks
+// pipeline blocks of whole chunks (HostLayout::chunkBytes, which every host
+// agreed on, so the blocks match across hosts); for each block b:
+//   1. inter-host broadcast of block b from the root's host among the
+//      leaders, by the cheapest flat broadcast for that many hosts (every
+//      block's phase posted at once, each under its own tags);
+//   2. intra-host shared-memory broadcast of block b from the leader
+//      (broadcast_shm.cc), which the leader starts once its phase 1 of the
+//      block is done.
+// A host's shared-memory broadcast of block b runs while block b + 1 is on the
+// wire, so only the last block's is not hidden behind the link.
+//
+// Bytes across a host's link: the binomial tree among H leaders sends N over
+// the root host's link ceil(log2 H) times and into every other host once,
+// where the flat tree over all n ranks may cross one link several times
+// (hierarchy::busiestLinkEdges); the cost model takes this one only then.
+Schedule buildBroadcastHier(const CollArgs& a) {
+  const HostLayout& h = *a.hosts;
+  Schedule s(a.dtype, a.op, a.device);
+  if (a.count == 0) {
+    s.setAlgorithm("hier");
+    return s;
+  }
+  int rootHost = 0, rootLocal = 0;
+  for (int hh = 0; hh < h.hosts; ++hh) {
+    const auto& on = h.hostRanks[size_t(hh)];
+    const auto at = std::find(on.begin(), on.end(), a.root);
+    if (at != on.end()) rootHost = hh, rootLocal = int(at - on.begin());
+  }
+  const std::vector<int> leaders = h.ownersOf(rootLocal);
+  const int leader = leaders[size_t(h.host)];
+  const int leaderLocal = int(std::find(h.local.begin(), h.local.end(), leader) - h.local.begin());
+
+  const size_t es = dtypeSize(a.dtype);
+  auto* buf = static_cast<std::byte*>(a.buf);
+  const size_t chunkElems = std::max<size_t>(1, h.chunkBytes / es);
+  const size_t chunks = ring::numSegments(a.count, chunkElems);
+  const size_t blocks = std::max<size_t>(1, std::min(kMaxBroadcastBlocks, chunks / kMinChunksPerBroadcastBlock));
+  auto blockStart = [&](size_t b) {
+    return std::min(a.count, ring::chunkStart(chunks, int(blocks), int(b)) * chunkElems);
+  };
+
+  std::string inter = "none";
+  StepId prev = kNoStep;
+  for (size_t b = 0; b < blocks; ++b) {
+    std::byte* block = buf + blockStart(b) * es;
+    const size_t count = blockStart(b + 1) - blockStart(b);
+    std::vector<StepId> ready{prev};
+    if (leader == a.rank) {
+      CollArgs across = acrossHostsArgs(a, a.op);
+      across.root = rootHost;
+      across.buf = block;
+      across.count = count;
+      auto [ends, name] = appendAcrossHosts(s, a, across, kNoStep, leaders, b, blocks);
+      ready.insert(ready.end(), ends.begin(), ends.end());
+      inter = name;
+    }
+    if (!h.shm) continue;
+    CollArgs local(Collective::Broadcast, h.localRank, h.localSize(), a.seq);
+    local.dtype = a.dtype;
+    local.buf = block;
+    local.count = count;
+    local.root = leaderLocal;
+    local.shm = h.shm;
+    prev = s.join(s.appendAfter(buildBroadcastShm(local), s.join(ready)));
+  }
+  s.setAlgorithm("hier(" + inter + ")");
+  return s;
+}
+
+}  // namespace ringx
