@@ -28,17 +28,10 @@ import datetime
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import time
 
 GONE_KEY = "elastic/gone"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_main(rank, world, port, steps, kills, results, progress, hidden):
@@ -152,8 +145,10 @@ def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
     import torch.distributed as dist
 
     ctx = ctx or mp.get_context("spawn")
-    port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    # Port 0: the store takes a free port as it binds. A port found free and
+    # then bound was taken in between by another job on a busy machine.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    port = store.port
     results = ctx.Queue()
     procs = {r: ctx.Process(target=rank_main, args=(r, nproc, port, steps, kills, results, progress, hidden))
              for r in range(nproc)}
