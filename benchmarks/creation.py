@@ -3,6 +3,10 @@
 
     python benchmarks/creation.py                                  # worlds 8,16,32, 3 repeats
     python benchmarks/creation.py --worlds 32 --repeats 5 --json out.json
+    python benchmarks/creation.py --builds new=.venv/bin/python,main=../main/.venv/bin/python
+
+``--builds`` runs ringx from each listed interpreter (another build of ringx
+installed in another venv) in turns with gloo, for an A/B of two builds in one run.
 
 Each repeat launches the world afresh (all ranks on this host) for each backend, in
 turns, and times two things on every rank:
@@ -60,11 +64,11 @@ def rank_main(backend, out, world):
     dist.destroy_process_group()
 
 
-def launch(backend, world, port):
+def launch(backend, world, port, python=sys.executable):
     with tempfile.TemporaryDirectory(prefix=f"ringx-creation-{backend}-") as out:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world),
                    LOCAL_WORLD_SIZE=str(world), RINGX_DEBUG="INFO")
-        procs = [subprocess.Popen([sys.executable, __file__, "--rank-of", backend, out, str(world)],
+        procs = [subprocess.Popen([python, __file__, "--rank-of", backend, out, str(world)],
                                   env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True) for r in range(world)]
         logs = [p.communicate(timeout=600)[1] for p in procs]
@@ -90,10 +94,19 @@ def main(argv=None):
     p.add_argument("--worlds", default="8,16,32")
     p.add_argument("--backends", default=",".join(BACKENDS))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--builds", default="",
+                   help="LABEL=PYTHON,...: ringx from each interpreter in turn (default: this one)")
     p.add_argument("--json", default=None, help="output JSON (default bench-results/creation-<time>.json)")
     a = p.parse_args(argv)
     worlds = [int(w) for w in a.worlds.split(",")]
-    backends = [b for b in a.backends.split(",") if b]
+    builds = dict(b.split("=", 1) for b in a.builds.split(",") if b)
+    backends = []
+    for b in a.backends.split(","):
+        if b == "ringx" and builds:
+            backends += [f"ringx-{label}" for label in builds]
+        elif b:
+            backends.append(b)
+    python_of = {f"ringx-{label}": os.path.abspath(py) for label, py in builds.items()}
     runs = {f"{b}/{w}": [] for w in worlds for b in backends}
     port = 29500 + os.getpid() % 2000
     for repeat in range(a.repeats):
@@ -101,7 +114,7 @@ def main(argv=None):
             for b in backends:  # in turns, so a busy patch of the machine hits both
                 port += 1
                 try:
-                    r = launch(b, w, port)
+                    r = launch(b.split("-")[0], w, port, python_of.get(b, sys.executable))
                     r["ok"] = True
                     r["load"] = os.getloadavg()[0]
                     print(f"repeat {repeat + 1} {b} world {w}: init {r['init_s']:.2f} s, new_group "

@@ -1,8 +1,10 @@
 // The transport contract the engine drives: non-blocking tagged send/receive
 // between the ranks of one communicator, progressed by exactly one thread.
 //
-// Threading: every call happens on the communicator's progress thread, so
-// implementations need no locks of their own for it. Callbacks fire only from
+// Threading: every call on one transport happens on its communicator's
+// progressing thread, so a transport needs no lock for its own state; one
+// that shares state with other communicators' transports (UCX's one worker
+// per process, ucx_worker.h) locks that. Callbacks fire only from
 // inside progress(), after the transport's own machinery has returned (never
 // from isend/irecv/cancel/checkPeers, nor from inside a library callback):
 // the engine may then post or cancel from a callback, and cancels outside
@@ -42,6 +44,15 @@ struct TransferResult {
   size_t bytes = 0;                          // bytes received (receives)
   int source = -1;                           // sender (receives)
 };
+
+// What a transfer with a peer whose connection closed ends with.
+inline TransferResult closedResult(int peer) {
+  TransferResult r;
+  r.ok = false;
+  r.errorKind = ErrorKind::PeerClosed;
+  r.error = closedConnection(peer);
+  return r;
+}
 
 using TransferCallback = std::function<void(const TransferResult&)>;
 using TransferId = uint64_t;

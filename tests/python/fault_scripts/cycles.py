@@ -21,26 +21,6 @@ import faultlib as common
 CYCLES, WARMUP = int(sys.argv[1]), int(sys.argv[2])
 
 
-def snapshot():
-    fds = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        kind = target.split(":")[0] if ":" in target else ("file" if target.startswith("/") else target)
-        fds[kind] = fds.get(kind, 0) + 1
-    names = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        names[name] = names.get(name, 0) + 1
-    return {"threads": sum(names.values()), "fds": sum(fds.values()), "fd_kinds": fds, "thread_names": names}
-
-
 def port_for(cycle, out, r):
     path = os.path.join(out, f"port{cycle}")
     if r == 0:
@@ -74,7 +54,7 @@ def body():
     base = None
     for i in range(CYCLES):
         if i == WARMUP:
-            base = snapshot()
+            base = common.snapshot()
             common.record("baseline", **base)
             t0 = time.time()
         stage = "port"
@@ -93,7 +73,7 @@ def body():
             common.record("cycle_failed", cycle=i, stage=stage, port=os.environ.get("MASTER_PORT"),
                           **common.describe(e))
             raise
-    final = snapshot()
+    final = common.snapshot()
     common.record("final", seconds=time.time() - t0, cycles=CYCLES - WARMUP, **final)
     common.record("done")
 

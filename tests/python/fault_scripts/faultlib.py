@@ -118,6 +118,27 @@ def attempt(label: str, fn, **extra):
     return None
 
 
+def snapshot():
+    """This process's thread and fd counts, and what they are."""
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        kind = target.split(":")[0] if ":" in target else ("file" if target.startswith("/") else target)
+        fds[kind] = fds.get(kind, 0) + 1
+    names = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    return {"threads": sum(names.values()), "fds": sum(fds.values()), "fd_kinds": fds, "thread_names": names}
+
+
 def file_barrier(name: str, ranks, timeout: float):
     """Waits (at most `timeout` s) until every rank in `ranks` has reached this point;
     works without the process group (which may have failed).  Returns whether all did."""

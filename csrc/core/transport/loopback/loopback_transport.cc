@@ -54,14 +54,6 @@ bool matches(int wantPeer, uint64_t wantTag, int source, uint64_t tag) {
   return (wantPeer == kAnySource || wantPeer == source) && wantTag == tag;
 }
 
-TransferResult closedResult(int peer) {
-  TransferResult r;
-  r.ok = false;
-  r.errorKind = ErrorKind::PeerClosed;
-  r.error = closedConnection(peer);
-  return r;
-}
-
 TransferResult deliver(const Message& m, const PostedRecv& r) {
   TransferResult res;
   if (m.data.size() > r.bytes) {

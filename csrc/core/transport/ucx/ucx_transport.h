@@ -1,8 +1,9 @@
-// The UCX (UCP tag-matching) transport: one context and worker per
-// communicator, worker addresses exchanged through the Store, one endpoint per
-// peer with peer-failure handling, and the worker's event fd for sleeping.
-// Groups shrunk from it share the worker and endpoints (Transport::subset),
-// each on a channel of its own; the worker goes with the last of them.
+// The UCX (UCP tag-matching) transport, as groups get it: a view of the
+// process's one UCX worker (ucx_worker.h) on a tag channel of the group's own,
+// over endpoints cached per peer process, so that a group among processes
+// already connected makes no new ones. Worker addresses and channel proposals
+// are exchanged through the Store in one round trip. Groups shrunk from it
+// (Transport::subset) take further channels on the same worker.
 #pragma once
 
 #include <memory>
