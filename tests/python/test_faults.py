@@ -295,6 +295,43 @@ def test_stopped_peer_makes_survivors_time_out():
     assert victim in named, f"no survivor named the stopped rank {victim}\n{out.report()}"
 
 
+# The shared-memory broadcast's ring of small slots: how many calls its root may run
+# ahead of the slowest receiver (ShmArea::kEagerSlots).
+EAGER_SLOTS = 16
+SHM_BROADCAST = {"RINGX_ALGO": "broadcast:shm"}
+
+
+def test_small_broadcast_root_runs_ahead_of_a_stopped_receiver_which_then_gets_every_call():
+    """Rank 0 makes 8 small broadcasts while rank 1 is stopped (SIGSTOP), returning from
+    each once its data is in shared memory; continued, rank 1 gets each call's data."""
+    ws, calls = 3, EAGER_SLOTS // 2
+    out = launch("runahead.py", ws, "ahead", calls, FAULT_TIMEOUT, env=SHM_BROADCAST)
+    for res in out:
+        assert_clean_exit(res, out)
+    assert_ok(out[0].result("ahead"), out)
+    took = out[0].event("returned")
+    log(f"run ahead: the root returned from {took['calls']} broadcasts in {took['seconds']:.3f} s, rank 1 stopped")
+    assert took["calls"] == calls and took["seconds"] < FAULT_TIMEOUT, out.report()
+    for r in (1, 2):
+        assert out[r].event("data")["wrong"] == [], f"rank {r}: calls with wrong data\n{out.report()}"
+    for r in range(ws):
+        assert_ok(out[r].result("after"), out)
+        assert out[r].event("after_value")["value"] == ws, out.report()
+
+
+def test_small_broadcast_root_out_of_slots_times_out_naming_the_stopped_receiver():
+    """Rank 1 is stopped and never continued: rank 0's broadcasts return until every slot
+    holds a call rank 1 has not read, then the next one raises "Timed out" naming rank 1."""
+    out = launch("runahead.py", 2, "stuck", 3 * EAGER_SLOTS, FAULT_TIMEOUT, env=SHM_BROADCAST, wait_for=[0])
+    assert_clean_exit(out[0], out)
+    rec = out[0].result("stuck")
+    assert_error(rec, out, words=("ringx: broadcast", "Timed out after", "rank(s) 1"))
+    returned = out[0].event("returned")["calls"]
+    log(f"out of slots: {returned} broadcasts returned, then after {duration(rec):.2f} s: {rec['msg'][:160]}")
+    assert EAGER_SLOTS // 2 <= returned <= EAGER_SLOTS, out.report()
+    assert duration(rec) <= 2 * FAULT_TIMEOUT + 5, out.report()
+
+
 # -------------------------------------------------------------------------------- desync
 
 

@@ -60,13 +60,15 @@ Schedule buildRejection(const CollArgs& a, const std::string& why) {
     if (q != a.rank) sent.push_back(s.send(q, collTag(a.seq, kIdentityTagIndex), out, sizeof(id)));
   }
   // Peers in a shared-memory algorithm read headers, not messages: the
-  // rejection goes into the slot of the first chunk theirs would use.
+  // rejection goes into the slot of the first chunk theirs would use, in
+  // both rings (a small broadcast or scatter reads the eager one).
   if (ShmArea* shm = a.shm) {
     const uint64_t chunk = shm->reserveChunks(1);
     sent.push_back(s.poll(
         [shm, chunk, id] {
           if (shm->chunksDone().load(std::memory_order_acquire) + 1 < chunk || !shm->slotFree(chunk)) return false;
           shm->header(shm->rank(), int(chunk % 2)) = id;
+          shm->eagerHeader(shm->rank(), chunk) = id;
           shm->counter(shm->rank()).store(2 * chunk - 1, std::memory_order_release);
           shm->ring();
           return true;

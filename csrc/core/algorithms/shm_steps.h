@@ -76,6 +76,84 @@ StepId shmReadAll(Schedule& s, ShmArea* shm, uint64_t id, ShmArea::SlotHeader he
       [=] { return shm->behind(2 * id - 1); }, {prev});
 }
 
+// Where the chunks of a collective with one root that hands data to the
+// others (broadcast, scatter) live: a small one's single chunk in the eager
+// ring (ShmArea::kEagerSlots deep), a larger one's in the two slots.
+struct FromRootSlots {
+  ShmArea* shm;
+  bool eager;
+
+  uint64_t depth() const { return eager ? ShmArea::kEagerSlots : 2; }
+  std::byte* slot(int rank, uint64_t id) const {
+    return eager ? shm->eagerSlot(rank, id) : shm->slot(rank, int(id % 2));
+  }
+  ShmArea::SlotHeader& header(int rank, uint64_t id) const {
+    return eager ? shm->eagerHeader(rank, id) : shm->header(rank, int(id % 2));
+  }
+  // Chunk `id` may take its slot: this rank finished the chunk before it
+  // (ops run in submission order) and every rank released the chunk that
+  // used the slot last.
+  bool free(uint64_t id) const {
+    return shm->chunksDone().load(std::memory_order_acquire) + 1 >= id && shm->slotFree(id, depth());
+  }
+};
+
+// Chunk `id` of a collective in which `root` hands data to the others. The
+// root `fill`s its slot once the slot is free and is done with the chunk:
+// it waits for no reader, so in the eager ring it runs up to kEagerSlots
+// chunks ahead of the slowest before a full ring stops it. Every other rank
+// announces the chunk (header, counter 2 id - 1), so that a rank in another
+// collective on the same chunk sees the mismatch instead of waiting for this
+// one; then, once the root's counter reaches 2 id, compares the root's
+// header, `use`s the root's slot and releases the chunk.
+template <typename Fill, typename Use>
+StepId shmFromRoot(Schedule& s, const FromRootSlots& at, int root, uint64_t id, ShmArea::SlotHeader header,
+                   Fill fill, Use use, StepId prev) {
+  ShmArea* shm = at.shm;
+  const int r = shm->rank();
+  const uint64_t depth = at.depth();
+  auto holding = [=] { return shm->holdingSlot(id, depth); };
+  if (r == root) {
+    return s.poll(
+        [=] {
+          if (!at.free(id)) return false;
+          fill(at.slot(r, id));
+          at.header(r, id) = header;
+          shm->finishChunk(id);
+          return true;
+        },
+        holding, {prev});
+  }
+  prev = s.poll(
+      [=] {
+        if (!at.free(id)) return false;
+        at.header(r, id) = header;
+        shm->counter(r).store(2 * id - 1, std::memory_order_release);
+        shm->ring();
+        return true;
+      },
+      holding, {prev});
+  return s.poll(
+      [=] {
+        const uint64_t rootAt = shm->counter(root).load(std::memory_order_acquire);
+        if (rootAt < 2 * id - 1) return false;
+        if (at.eager) {
+          shm->checkSameEagerOp(root, id, header);
+        } else {
+          shm->checkSameOp(root, int(id % 2), header);
+        }
+        if (rootAt < 2 * id) return false;
+        use(at.slot(root, id));
+        shm->finishChunk(id);
+        return true;
+      },
+      [=] {
+        return shm->counter(root).load(std::memory_order_acquire) < 2 * id ? std::vector<int>{root}
+                                                                          : std::vector<int>{};
+      },
+      {prev});
+}
+
 // The n-way reduce of a reduction collective over `m` elements: the
 // dtype x op kernel (float32 accumulation for 16-bit types), then the scaling
 // for AVG. `out` may be one of `srcs`.

@@ -27,6 +27,7 @@ uint64_t bitOf(int areaRank) { return uint64_t{1} << (unsigned(areaRank) % 64); 
 
 void bump(BellWord& w) {
   w.seq.fetch_add(1, std::memory_order_seq_cst);
+  w.rung.fetch_add(1, std::memory_order_relaxed);
   futex(&w.seq, FUTEX_WAKE, INT_MAX, nullptr);
 }
 

@@ -30,6 +30,9 @@ struct BellWord {
   // Bit p % 64: a sleeper waits for area rank p. Above 64 ranks two ranks
   // share a bit, which costs a sleeper a spurious wake-up, never a lost one.
   std::atomic<uint64_t> waitsFor{0};
+  // Times the bell was rung (a futex wake, whether or not the sleeper had
+  // reached the kernel yet): what a call costs the sleepers, for tests.
+  std::atomic<uint64_t> rung{0};
 };
 
 class FutexBell {

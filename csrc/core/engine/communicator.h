@@ -16,8 +16,8 @@
 // Idle policy, for whichever thread progresses: after options.spin of
 // finding nothing to do (RINGX_SPIN_US; `auto` spins only where the host's
 // ranks have a CPU each, spin_policy.h) it sleeps: on this rank's shared-memory doorbell when all
-// it waits for is peers' counters, having said which peers (the polls'
-// waitingOn), so that only their counter moves wake it; otherwise on the
+// it waits for is peers' counters, having said for which peer (one that
+// each poll's waitingOn names), so that only its counter moves wake it; otherwise on the
 // transport's event fd (plus an eventfd that submit() writes). Many ranks on
 // few cores then neither starve each other nor wake each other for nothing.
 //
@@ -142,6 +142,7 @@ class Communicator {
   };
   Nap planNap(Clock::time_point idleSince, std::optional<Clock::time_point> until);
   uint64_t awaitedBells() const;
+  bool bellsCover(uint64_t waitsFor) const;
   bool armBell(Nap& nap, bool& moved);
   void takeNap(const Nap& nap);
   void handOffSoon();

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "core/common/log.h"
 #include "core/engine/communicator_active.h"
@@ -48,15 +50,37 @@ std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::t
                   std::chrono::duration_cast<std::chrono::microseconds>(next - now) + std::chrono::microseconds(1));
 }
 
-// The ranks whose counter moves the pending polls wait for, as the bell's
-// waitsFor bits; anyone's when a poll does not say.
+namespace {
+
+// A poll completes only once every rank it names has moved (schedule.h), so
+// a sleeper registered for any one of them is woken before the poll can
+// complete. Registering for all of them woke it at each arrival, n - 1 times
+// a call for a one-shot all-reduce; registering for one and, once woken,
+// for one still behind, wakes it once per rank that arrives after all the
+// ranks still behind when it registered. Picked at random, that is about
+// ln n wake-ups whatever order the scheduler runs the ranks in; the first in
+// rank order would give n - 1 again whenever ranks arrive in rank order.
+int pickOne(const std::vector<int>& ranks) {
+  thread_local std::minstd_rand pick(std::random_device{}());
+  return ranks[size_t(pick() % ranks.size())];
+}
+
+bool registered(uint64_t waitsFor, uint64_t bits) {
+  return bits == FutexBell::kAnyone ? waitsFor == FutexBell::kAnyone : (waitsFor & bits) != 0;
+}
+
+}  // namespace
+
+// What to register on the bell for: one rank each pending poll still waits
+// for, as the bell's waitsFor bits; anyone's when a poll does not say.
 uint64_t Communicator::awaitedBells() const {
   uint64_t mask = 0;
   for (auto& a : active_) {
     if (a->ended) continue;
     for (StepId id : a->polling) {
       try {
-        mask |= options_.bell->maskOf(a->op->schedule.pollWaitingOn(a->op->schedule.steps()[id]));
+        const std::vector<int> ranks = a->op->schedule.pollWaitingOn(a->op->schedule.steps()[id]);
+        mask |= ranks.empty() ? FutexBell::kAnyone : options_.bell->maskOf({pickOne(ranks)});
       } catch (const std::exception&) {
         return FutexBell::kAnyone;
       }
@@ -64,6 +88,27 @@ uint64_t Communicator::awaitedBells() const {
     }
   }
   return mask ? mask : FutexBell::kAnyone;
+}
+
+// Whether a sleeper registered for `waitsFor` is woken by a move that lets
+// any pending poll through: each still waits for a rank registered for.
+bool Communicator::bellsCover(uint64_t waitsFor) const {
+  for (auto& a : active_) {
+    if (a->ended) continue;
+    for (StepId id : a->polling) {
+      try {
+        const std::vector<int> ranks = a->op->schedule.pollWaitingOn(a->op->schedule.steps()[id]);
+        const bool covered =
+            ranks.empty() ? waitsFor == FutexBell::kAnyone
+                          : std::any_of(ranks.begin(), ranks.end(),
+                                        [&](int p) { return registered(waitsFor, options_.bell->maskOf({p})); });
+        if (!covered) return false;
+      } catch (const std::exception&) {
+        return waitsFor == FutexBell::kAnyone;
+      }
+    }
+  }
+  return true;
 }
 
 // Called with progressMu_ held after a pass that did nothing.
@@ -88,12 +133,12 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
 
 // With progressMu_ held: registers on this rank's bell for the ranks the nap
 // waits for, then looks again (futex_bell.h). False, and unregistered, when
-// something moved meanwhile or the polls now wait for a rank the bell was not
-// told of; `moved` then says whether the look did work.
+// something moved meanwhile or a poll no longer waits for any rank the bell
+// was told of; `moved` then says whether the look did work.
 bool Communicator::armBell(Nap& nap, bool& moved) {
   nap.bellSeen = options_.bell->arm(nap.waitsFor);
   moved = pass();
-  if (!moved && (awaitedBells() & ~nap.waitsFor) == 0) return true;
+  if (!moved && bellsCover(nap.waitsFor)) return true;
   options_.bell->disarm();
   return false;
 }

@@ -28,7 +28,9 @@ inline constexpr StepId kNoStep = ~StepId{0};
 // Poll steps run a non-blocking predicate until it returns true: intra-host
 // algorithms wait on peers' counters in shared memory with them. A predicate
 // that finds the ranks disagree throws ringx::Error, which fails the op; its
-// `waitingOn` lists the ranks it still waits for, for timeout messages.
+// `waitingOn` lists the ranks it still waits for, for timeout messages, each
+// of which must move before it can return true: a thread asleep on the
+// doorbell registers for one of them only (communicator_progress.cc).
 enum class StepKind : uint8_t { Send, Recv, Reduce, Copy, Scale, Poll };
 
 // A predicate that is not ready yet but moved its work forward (copied a

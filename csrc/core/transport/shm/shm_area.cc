@@ -1,15 +1,8 @@
 #include "core/transport/shm/shm_area.h"
 
-#include <fcntl.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <random>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -25,7 +18,8 @@ namespace {
 
 // Control block: the counter in the first cache line, the two slot headers
 // in the second, the released chunk in the third, the rank's doorbell in the
-// fourth.
+// fourth; then the two data slots, then the eager slots (their headers in
+// the control block).
 constexpr size_t kControlBytes = 4096;
 constexpr size_t kHeadersOffset = 64;
 constexpr size_t kReleasedOffset = 128;
@@ -34,20 +28,16 @@ static_assert(kHeadersOffset + 2 * sizeof(ShmArea::SlotHeader) <= kReleasedOffse
 static_assert(kBellOffset + sizeof(BellWord) <= 256);
 // The op records, clear of the lines above.
 constexpr size_t kOpRecordsOffset = 1024;
-static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= kControlBytes);
+static_assert(kOpRecordsOffset + 2 * ShmArea::kOpRecordBytes <= 2048);
+constexpr size_t kEagerHeadersOffset = 2048;
+static_assert(kEagerHeadersOffset + ShmArea::kEagerSlots * sizeof(ShmArea::SlotHeader) <= kControlBytes);
+constexpr size_t kMostEagerBytes = 4096;
 
-[[noreturn]] void fail(const std::string& what) {
-  throw Error(ErrorKind::Internal, "ringx: shared memory: " + what + ": " + std::strerror(errno));
+size_t eagerBytesFor(size_t slotBytes) { return std::min(kMostEagerBytes, slotBytes); }
+
+size_t segmentBytes(size_t slotBytes) {
+  return kControlBytes + 2 * slotBytes + ShmArea::kEagerSlots * eagerBytesFor(slotBytes);
 }
-
-// Removes this rank's segment name when create() returns or throws: on
-// success every rank has mapped it by then, and a creation that fails (a
-// peer's segment missing or short, a mapping refused, peers that never map)
-// must not leave it in /dev/shm until reboot.
-struct UnlinkOnExit {
-  std::string name;
-  ~UnlinkOnExit() { ::shm_unlink(name.c_str()); }
-};
 
 // The CPUs this process may run on, as a comma-separated list.
 std::string allowedCpus() {
@@ -105,30 +95,19 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
 
   std::unique_ptr<ShmArea> area(new ShmArea(rank, size, slotBytes));
   area->cores_ = std::max<int>(1, int(cpus.size()));
-  area->segments_ = std::make_shared<Segments>();
-  const size_t mapBytes = kControlBytes + 2 * slotBytes;
-  area->segments_->bytes = mapBytes;
-  std::random_device rd;
-  const std::string name = "/ringx-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-                           std::to_string(rank);
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail("shm_open " + name);
-  const UnlinkOnExit unlink{name};
-  if (::ftruncate(fd, off_t(mapBytes)) != 0) {
-    ::close(fd);
-    fail("ftruncate");
+  const size_t mapBytes = segmentBytes(slotBytes);
+  const std::string self = "shared memory (rank " + std::to_string(rank) + ")";
+  // A rank publishes its segment's name, or "!" and why it has none, so that
+  // a rank that cannot claim its pages (a full /dev/shm: a container's
+  // 64 MiB) makes all go without shared memory alike.
+  std::unique_ptr<ShmSegment> own;
+  std::string mine;
+  try {
+    own = ShmSegment::create(mapBytes, self);
+    mine = own->name();
+  } catch (const Error& e) {
+    mine = "!" + std::string(e.what());
   }
-  // A size alone reserves nothing: on a full /dev/shm (a container's 64 MiB)
-  // the first write past what is left would be a SIGBUS in a collective long
-  // after creation. Every page is claimed now instead, and a rank that cannot
-  // claim them tells the others, so that all go without shared memory alike.
-  int err = 0;
-  do {
-    err = ::posix_fallocate(fd, 0, off_t(mapBytes));
-  } while (err == EINTR);
-  ::close(fd);
-  // A rank publishes its segment's name, or "!" and why it has none.
-  const std::string mine = err ? "!" + std::string(std::strerror(err)) : name;
   store.set(keyPrefix + "/shm/" + std::to_string(rank), bytesOf(mine));
   auto names = std::vector<std::string>(size_t(size));
   const auto published = getFromEveryRank(store, keyPrefix + "/shm", size);
@@ -150,44 +129,39 @@ std::unique_ptr<ShmArea> ShmArea::create(Store& store, const std::string& keyPre
     return nullptr;
   }
 
-  auto& maps = area->segments_->maps;
-  maps.assign(size, nullptr);
+  // Until every rank has mapped every segment, this rank's name stays in
+  // /dev/shm; if creation fails first, its segment removes it as it goes.
+  area->segments_ = std::make_shared<Segments>(size_t(size));
+  auto& segments = *area->segments_;
+  std::vector<std::byte*> maps(segments.size());
   for (int p = 0; p < size; ++p) {
-    const std::string& peerName = names[size_t(p)];
-    int pfd = ::shm_open(peerName.c_str(), O_RDWR, 0600);
-    if (pfd < 0) fail("shm_open " + peerName);
-    struct stat st {};
-    if (::fstat(pfd, &st) != 0 || size_t(st.st_size) < mapBytes) {
-      ::close(pfd);
-      throw Error(ErrorKind::Internal, "ringx: shared memory (rank " + std::to_string(rank) + "): rank " +
-                                           std::to_string(p) + "'s segment holds " + std::to_string(st.st_size) +
-                                           " bytes, not the " + std::to_string(mapBytes) +
-                                           " this rank expects; are all ranks running the same ringx build?");
-    }
-    void* m = ::mmap(nullptr, mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-    ::close(pfd);
-    if (m == MAP_FAILED) fail("mmap " + peerName);
-    maps[p] = m;
+    segments[size_t(p)] =
+        p == rank ? std::move(own)
+                  : ShmSegment::open(names[size_t(p)], mapBytes, self + ", rank " + std::to_string(p) + "'s segment");
+    maps[size_t(p)] = segments[size_t(p)]->data();
   }
   area->place(maps);
-  // Once everyone has mapped every segment the names can go (UnlinkOnExit):
-  // nothing is left in /dev/shm even if a process dies later.
   // The last to map says so; the others wait for that key (bounded by the
-  // store's timeout) instead of polling the count.
+  // store's timeout) instead of polling the count. Then the name can go:
+  // nothing is left in /dev/shm even if a process dies later.
   if (store.add(keyPrefix + "/shm-mapped", 1) == size) store.set(keyPrefix + "/shm-all-mapped", {1});
   store.get(keyPrefix + "/shm-all-mapped");
+  segments[size_t(rank)]->unlinkName();
   return area;
 }
 
-void ShmArea::place(std::vector<void*> maps) {
+size_t ShmArea::eagerBytes() const { return eagerBytesFor(slotBytes_); }
+
+void ShmArea::place(std::vector<std::byte*> maps) {
   maps_ = std::move(maps);
   std::vector<BellWord*> bells;
-  for (void* m : maps_) {
-    auto* base = static_cast<std::byte*>(m);
+  for (std::byte* base : maps_) {
     counters_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base));
     headers_.push_back(reinterpret_cast<SlotHeader*>(base + kHeadersOffset));
     released_.push_back(reinterpret_cast<std::atomic<uint64_t>*>(base + kReleasedOffset));
     data_.push_back(base + kControlBytes);
+    eagerHeaders_.push_back(reinterpret_cast<SlotHeader*>(base + kEagerHeadersOffset));
+    eager_.push_back(base + kControlBytes + 2 * slotBytes_);
     bells.push_back(reinterpret_cast<BellWord*>(base + kBellOffset));
   }
   bell_ = std::make_unique<FutexBell>(std::move(bells), rank_);
@@ -201,7 +175,7 @@ std::unique_ptr<ShmArea> ShmArea::subset(const std::vector<int>& ranks) const {
   // A shrink exchanges no affinity masks: the parent's union of them stands
   // for the survivors'.
   area->cores_ = cores_;
-  std::vector<void*> maps;
+  std::vector<std::byte*> maps;
   for (int r : ranks) maps.push_back(maps_[size_t(r)]);
   area->place(std::move(maps));
   return area;
@@ -212,16 +186,10 @@ void ShmArea::restart() const {
   released(rank_).store(0, std::memory_order_release);
 }
 
-ShmArea::Segments::~Segments() {
-  for (void* m : maps) {
-    if (m) ::munmap(m, bytes);
-  }
-}
-
 ShmArea::~ShmArea() = default;
 
 std::byte* ShmArea::opRecord(int rank, int which) const {
-  return static_cast<std::byte*>(maps_[rank]) + kOpRecordsOffset + size_t(which) * kOpRecordBytes;
+  return maps_[rank] + kOpRecordsOffset + size_t(which) * kOpRecordBytes;
 }
 
 bool ShmArea::allReached(uint64_t value) const {
@@ -239,18 +207,18 @@ std::vector<int> ShmArea::behind(uint64_t value) const {
   return ranks;
 }
 
-bool ShmArea::slotFree(uint64_t id) const {
-  if (id <= 2) return true;
+bool ShmArea::slotFree(uint64_t id, uint64_t depth) const {
+  if (id <= depth) return true;
   for (int p = 0; p < size_; ++p) {
-    if (released_[p]->load(std::memory_order_acquire) < id - 2) return false;
+    if (released_[p]->load(std::memory_order_acquire) < id - depth) return false;
   }
   return true;
 }
 
-std::vector<int> ShmArea::holdingSlot(uint64_t id) const {
+std::vector<int> ShmArea::holdingSlot(uint64_t id, uint64_t depth) const {
   std::vector<int> ranks;
-  for (int p = 0; p < size_ && id > 2; ++p) {
-    if (released_[p]->load(std::memory_order_acquire) < id - 2) ranks.push_back(groupRank(p));
+  for (int p = 0; p < size_ && id > depth; ++p) {
+    if (released_[p]->load(std::memory_order_acquire) < id - depth) ranks.push_back(groupRank(p));
   }
   return ranks;
 }
@@ -259,9 +227,21 @@ void ShmArea::checkSameOp(int which, const SlotHeader& mine) const {
   for (int q = 0; q < size_; ++q) checkSameOp(q, which, mine);
 }
 
+namespace {
+
+// `theirs` by value: a copy of what a peer may rewrite, compared and reported alike.
+void checkSame(ShmArea::SlotHeader theirs, const ShmArea::SlotHeader& mine, int theirGroupRank) {
+  if (theirs != mine) throw Error(ErrorKind::InvalidArgument, mismatch(mine, theirs, theirGroupRank));
+}
+
+}  // namespace
+
 void ShmArea::checkSameOp(int rank, int which, const SlotHeader& mine) const {
-  const SlotHeader theirs = header(rank, which);
-  if (theirs != mine) throw Error(ErrorKind::InvalidArgument, mismatch(mine, theirs, groupRank(rank)));
+  checkSame(header(rank, which), mine, groupRank(rank));
+}
+
+void ShmArea::checkSameEagerOp(int rank, uint64_t id, const SlotHeader& mine) const {
+  checkSame(eagerHeader(rank, id), mine, groupRank(rank));
 }
 
 }  // namespace ringx

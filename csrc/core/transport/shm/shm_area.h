@@ -18,6 +18,7 @@
 
 #include "core/common/futex_bell.h"
 #include "core/common/identity.h"
+#include "core/common/shm_segment.h"
 #include "core/common/store.h"
 
 namespace ringx {
@@ -76,6 +77,8 @@ class ShmArea {
   void checkSameOp(int which, const SlotHeader& mine) const;
   // The same for one area rank's header.
   void checkSameOp(int rank, int which, const SlotHeader& mine) const;
+  // The same for its header of eager chunk `id`.
+  void checkSameEagerOp(int rank, uint64_t id, const SlotHeader& mine) const;
 
   std::byte* slot(int rank, int which) const { return data_[rank] + size_t(which) * slotBytes_; }
   SlotHeader& header(int rank, int which) const { return headers_[rank][which]; }
@@ -89,12 +92,26 @@ class ShmArea {
   // The (group) ranks whose counter is still below `value`.
   std::vector<int> behind(uint64_t value) const;
 
+  // Small chunks that one root hands to the others (broadcast, scatter) go
+  // through a deeper ring of small slots instead, each with its header,
+  // chunk `id` in slot id mod kEagerSlots: the root is done with a chunk
+  // once it is in its slot, so it returns at once and may run kEagerSlots
+  // chunks ahead of the slowest reader before it waits (MPI's eager
+  // protocol). Chunks keep one numbering across both rings; each ring's
+  // slot is free once every rank released the chunk its depth before.
+  static constexpr uint64_t kEagerSlots = 16;
+  // What fits in an eager slot: up to 4 KiB, never more than a slot.
+  size_t eagerBytes() const;
+  std::byte* eagerSlot(int rank, uint64_t id) const { return eager_[rank] + (id % kEagerSlots) * eagerBytes(); }
+  SlotHeader& eagerHeader(int rank, uint64_t id) const { return eagerHeaders_[rank][id % kEagerSlots]; }
+
   // The last chunk a rank has finished reading every slot for. A rank may
   // rewrite its slot for chunk `id` (the slot of chunk id - 2) once every
   // rank has released id - 2: this lets one rank fill the next chunk while
-  // the others still read the current one, whatever the algorithm.
+  // the others still read the current one, whatever the algorithm. `depth`:
+  // the ring's, kEagerSlots for an eager slot.
   std::atomic<uint64_t>& released(int rank) const { return *released_[rank]; }
-  bool slotFree(uint64_t id) const;
+  bool slotFree(uint64_t id, uint64_t depth = 2) const;
   // This rank is done with chunk `id`: counter := 2 id, the chunk released,
   // and the next chunk may start.
   void finishChunk(uint64_t id) {
@@ -108,7 +125,7 @@ class ShmArea {
   void ring() { bell_->ring(); }
   FutexBell* bell() const { return bell_.get(); }
   // The (group) ranks that still hold the slot chunk `id` needs.
-  std::vector<int> holdingSlot(uint64_t id) const;
+  std::vector<int> holdingSlot(uint64_t id, uint64_t depth = 2) const;
 
   // Chunks are numbered across all ops that use the area, in submission
   // order, so every rank agrees on each chunk's slot and counter values. The
@@ -123,26 +140,24 @@ class ShmArea {
  private:
   ShmArea(int rank, int size, size_t slotBytes) : rank_(rank), size_(size), slotBytes_(slotBytes) {}
   // Places the blocks of the segments mapped at `maps`, by area rank.
-  void place(std::vector<void*> maps);
+  void place(std::vector<std::byte*> maps);
 
   // Every segment the first area mapped, unmapped with the last area over
   // them.
-  struct Segments {
-    std::vector<void*> maps;
-    size_t bytes = 0;
-    ~Segments();
-  };
+  using Segments = std::vector<std::unique_ptr<ShmSegment>>;
 
   int rank_;
   int size_;
   size_t slotBytes_;
   int cores_ = 1;
   std::shared_ptr<Segments> segments_;
-  std::vector<void*> maps_;  // this area's ranks' segments
+  std::vector<std::byte*> maps_;  // this area's ranks' segments
   std::vector<std::byte*> data_;
   std::vector<std::atomic<uint64_t>*> counters_;
   std::vector<std::atomic<uint64_t>*> released_;
   std::vector<SlotHeader*> headers_;
+  std::vector<std::byte*> eager_;
+  std::vector<SlotHeader*> eagerHeaders_;
   std::vector<int> groupRanks_;
   std::unique_ptr<FutexBell> bell_;
   std::atomic<uint64_t> nextChunk_{1};
