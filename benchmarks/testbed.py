@@ -6,6 +6,7 @@ gloo, and against the link's bound; barrier beside them.
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
     python benchmarks/testbed.py --hosts 4 --ranks-per-host 1
     python benchmarks/testbed.py --layout 3,1             # uneven hosts
+    python benchmarks/testbed.py --layout 4x2 --sizes 4KiB,64MiB --no-flat   # H x P hosts
     python benchmarks/testbed.py --containers             # a pid namespace per rank
     python benchmarks/testbed.py --collectives broadcast --root 0
     python benchmarks/testbed.py --json docs/bench/testbed.json
@@ -39,7 +40,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 
-SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20}
+SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "16MiB": 16 << 20, "64MiB": 64 << 20}
+DEFAULT_SIZES = "4KiB,1MiB,64MiB"
 BARRIERS = 20  # per timed barrier call: their mean
 # The flat algorithms forced for comparison (RINGX_ALGO), and which collective each serves.
 FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
@@ -125,10 +127,11 @@ def worker(args) -> None:
             rtts.append(time.perf_counter() - start)
     results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None}
     for coll in args.collectives.split(","):
-        for label, nbytes in (SIZES if coll != "barrier" else {"0B": 0}).items():
+        sizes = {label: SIZES[label] for label in args.sizes.split(",")}
+        for label, nbytes in (sizes if coll != "barrier" else {"0B": 0}).items():
             iters = args.iters if nbytes < (16 << 20) else args.big_iters
             elems = nbytes // 4  # the whole buffer: all_gather's output, reduce_scatter's input
-            names = ["ringx"] + FLAT_FOR[coll] + ["gloo"]
+            names = ["ringx"] + ([] if args.no_flat else FLAT_FOR[coll]) + ["gloo"]
             times = {name: [] for name in names}
             for i in range(iters + 1):
                 for name in names:
@@ -201,13 +204,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
-    ap.add_argument("--layout", help="ranks on each host, comma separated (e.g. 3,1); overrides the two above")
+    ap.add_argument("--layout", help="ranks on each host, comma separated (e.g. 3,1), or hosts x ranks per host "
+                    "(e.g. 4x2, 8x1); overrides the two above")
     ap.add_argument("--containers", action="store_true",
                     help="each rank in a pid namespace of its own, sharing its host's /dev/shm (test-bed layout "
                          "'containers')")
     ap.add_argument("--rate", default="1gbit", help="tc rate of every host's link ('none': unshaped)")
     ap.add_argument("--iters", type=int, default=20, help="calls per configuration below 16 MiB")
-    ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 64 MiB")
+    ap.add_argument("--big-iters", type=int, default=5, help="calls per configuration at 16 MiB and above")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma separated, of {', '.join(SIZES)} "
+                    f"(default {DEFAULT_SIZES})")
+    ap.add_argument("--no-flat", action="store_true",
+                    help="ringx's own choice and gloo only, without the forced flat algorithms")
     ap.add_argument("--pingpongs", type=int, default=200, help="round trips for the one-way latency")
     ap.add_argument("--collectives", default=COLLECTIVES, help=f"comma separated (default {COLLECTIVES})")
     ap.add_argument("--root", type=int, default=1, help="broadcast's root (default 1)")
@@ -220,6 +228,9 @@ def main() -> int:
 
     import testbed
 
+    if args.layout and "x" in args.layout:
+        args.hosts, args.ranks_per_host = (int(x) for x in args.layout.split("x"))
+        args.layout = None
     ranks = [int(x) for x in args.layout.split(",")] if args.layout else [args.ranks_per_host] * args.hosts
     args.hosts = len(ranks)
     rate = None if args.rate == "none" else args.rate
@@ -228,7 +239,8 @@ def main() -> int:
         codes, logs = tb.torchrun(ranks if args.layout else args.ranks_per_host, os.path.abspath(__file__),
                                   ["--worker", "--iters", str(args.iters), "--big-iters", str(args.big_iters),
                                    "--pingpongs", str(args.pingpongs), "--collectives", args.collectives,
-                                   "--root", str(args.root)],
+                                   "--root", str(args.root), "--sizes", args.sizes]
+                                  + (["--no-flat"] if args.no_flat else []),
                                   env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "eth0"}, timeout=1800,
                                   layout="containers" if args.containers else "hosts")
     found = [line for log in logs for line in log.splitlines() if line.startswith("RESULT ")]
@@ -244,13 +256,13 @@ def main() -> int:
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
     print(f"{'collective':>14} {'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} "
-          f"{'/ flat':>7} {'bound %':>8}")
+          f"{'/ flat':>7} {'bound ms':>9} {'bound %':>8}")
     table = []
     for key, times in results.items():
         coll, label = key.split()
         nbytes = SIZES.get(label, 0)
         med = {name: statistics.median(v) for name, v in times.items()}
-        best_flat = min(med[name] for name in times if name in FLAT)
+        best_flat = min((med[name] for name in times if name in FLAT), default=float("nan"))
         # What must cross one host's link each way: all_reduce 2 (H-1)/H N,
         # broadcast N, the others (H-1)/H N (N the whole buffer).
         crossing = nbytes if coll == "broadcast" else nbytes * (args.hosts - 1) / args.hosts * (
@@ -263,11 +275,12 @@ def main() -> int:
             table.append(row)
             print(f"{coll:>14} {label:>6} {name:>18} {med[name] * 1e3:10.2f} "
                   f"{row['p10_s'] * 1e3:7.2f}-{row['p90_s'] * 1e3:<8.2f} {row['vs_gloo']:7.2f} "
-                  f"{row['vs_best_flat']:7.2f} " + (f"{100 * row['of_bound']:7.0f}%" if nbytes else "      -"))
+                  f"{row['vs_best_flat']:7.2f} " + (f"{bound * 1e3:9.1f} {100 * row['of_bound']:7.0f}%" if nbytes
+                                                    else f"{'-':>9} {'-':>8}"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "containers": args.containers,
-                       "root": args.root, "rate": rate, "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
+                       "root": args.root, "rate": rate, "sizes": args.sizes, "no_flat": args.no_flat, "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
                        "rows": table, "raw": results}, f, indent=1)
     return 0
 

@@ -51,6 +51,24 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     assert namespaces() == before
 
 
+def test_four_hosts_of_two_ranks_run_the_hierarchical_all_reduce_broadcast_and_all_gather():
+    """The wide layout of issue 45, 4 hosts x 2 ranks (8 ranks on the machine's cores):
+    ringx sees four hosts of two, chooses the hierarchical algorithms, and they compute
+    right. Kept short (--quick: three sizes of all_reduce, all_gather, broadcast)."""
+    with testbed.Testbed(4) as tb:
+        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), ["--quick"],
+                                  env={"RINGX_DEBUG": "INFO", "OMP_NUM_THREADS": "1"}, timeout=120)
+    text = "\n".join(logs)
+    assert codes == [0] * 4, text[-6000:]
+    for r in range(8):
+        assert f"testbed rank {r}/8 on host{r // 2}: ok" in text, text[-6000:]
+    assert re.search(r"4 hosts: " + "; ".join(rf"host {h} = ranks {2 * h}-{2 * h + 1} \(shared memory, [\w -]+\)"
+                                                for h in range(4)), text), text[-6000:]
+    # broadcast is from rank 7, on the last host.
+    for coll in ("all_reduce", "all_gather", "broadcast"):
+        assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
+
+
 def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compute_right():
     """The "containers" layout: each rank in a pid namespace of its own, a host's ranks
     sharing its network namespace and /dev/shm. ringx finds the hosts by what the ranks
