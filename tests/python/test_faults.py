@@ -550,9 +550,11 @@ def test_monitored_barrier_names_missing_ranks(ws, missing, wait_all):
     for r in range(1, ws):
         if r in missing_ranks:
             continue
-        # The others wait for rank 0's release, which never comes: they time out.
+        # The others wait for rank 0's release, which never comes: they time out, or
+        # see rank 0's process end first where rank 0 timed out and left before them.
         rec = out[r].result("barrier")
-        assert_error(rec, out, words=("Timed out", f"Rank {r} successfully reached monitoredBarrier"))
+        assert_error(rec, out, words=(f"Rank {r} successfully reached monitoredBarrier",),
+                     any_of=("Timed out", "connection to rank 0 closed"))
         assert duration(rec) <= 2 * FAULT_TIMEOUT, out.report()
 
 

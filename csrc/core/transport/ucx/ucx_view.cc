@@ -1,5 +1,7 @@
 #include "core/transport/ucx/ucx_view.h"
 
+#include <ucp/api/ucp.h>
+
 #include <algorithm>
 #include <bit>
 #include <new>
@@ -144,7 +146,8 @@ std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, co
   for (int p = 0; p < size; ++p) ch->presenceIndex[size_t(p)] = p;
   auto view = std::make_unique<UcxView>(worker, std::move(ch));
   if (logLevel() >= LogLevel::Info) {
-    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX: " << worker->describeLinks(*view->channel()));
+    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string() << ": "
+                            << worker->describeLinks(*view->channel()));
   }
   return view;
 }

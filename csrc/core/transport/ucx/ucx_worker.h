@@ -183,7 +183,7 @@ class UcxWorker {
   uint64_t wireTag(const UcxChannel& ch, uint64_t tag, int rank) const;
   void teardown();
 
-  friend struct UcxCallbacks;  // UCX's callbacks, in the .cc with UCX's types
+  friend struct UcxCallbacks;  // UCX's callbacks (ucx_callbacks.h, with UCX's types)
 
   mutable std::mutex mu_;
   std::string tls_;
