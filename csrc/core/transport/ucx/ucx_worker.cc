@@ -242,10 +242,13 @@ std::string UcxWorker::describeLinks(const UcxChannel& ch) const {
   for (auto& [how, ranks] : groups) {
     out += out.empty() ? "" : "; ";
     out += ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(ranks[i]);
+    }
     out += " over " + how;
   }
-  return (out.empty() ? "no peers" : out) + " (UCX " + ucp_get_version_string() + ")";
+  return out.empty() ? "no peers" : out;
 }
 
 // A proposal reserves its block at once: two groups agreeing at the same time
