@@ -201,7 +201,10 @@ cpp-test: sysdeps venv build
 # own (torchrun, the example and benchmark scripts, the packaging checks)
 # rather than the session's worlds: the rest was the last to end (845 s against
 # the fault suites' 588 s in a fresh clone, 2026-11-29), and these start no
-# world the rest would then start twice.
+# world the rest would then start twice. In the next fresh clone py-test kept
+# both cores 98% busy (2618 cpu-s in 1333 s, builds of mine beside it): how
+# the suites are spread over runs cannot shorten it much; less CPU can (each
+# rank process started costs torch's import).
 PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
