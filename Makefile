@@ -204,7 +204,10 @@ cpp-test: sysdeps venv build
 # world the rest would then start twice. In the next fresh clone py-test kept
 # both cores 98% busy (2618 cpu-s in 1333 s, builds of mine beside it): how
 # the suites are spread over runs cannot shorten it much; less CPU can (each
-# rank process started costs torch's import).
+# rank process started costs torch's import, about 3 cpu-s). The fault suites'
+# ranks are forked from the harness's forkserver, which has imported torch:
+# test_faults, test_faults_shrink, test_shared_worker and test_cma took 161
+# cpu-s instead of 616 (2026-11-29).
 PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py

@@ -206,11 +206,12 @@ def _worker_main(rank, world_size, env, conn, log_path):
 # --------------------------------------------------------------------------- parent
 
 _CTX = None
+_CTX_ENV = {}
 
 
 def _mp_context():
     """A forkserver context whose server has imported torch once."""
-    global _CTX
+    global _CTX, _CTX_ENV
     if _CTX is None:
         import multiprocessing.forkserver as fs
 
@@ -223,11 +224,25 @@ def _mp_context():
                           TORCH_DEVICE_BACKEND_AUTOLOAD="0")
         try:
             fs.ensure_running()
+            _CTX_ENV = dict(os.environ)
         finally:
             os.environ.clear()
             os.environ.update(saved)
         _CTX = ctx
     return _CTX
+
+
+def fork_env():
+    """The environment torch's import saw in the forkserver (started if need be)."""
+    _mp_context()
+    return _CTX_ENV
+
+
+def fork(target, args, name):
+    """Starts target(*args) in a child of the forkserver (torch already imported there)."""
+    p = _mp_context().Process(target=target, args=args, name=name, daemon=True)
+    p.start()
+    return p
 
 
 _LIVE = weakref.WeakSet()

@@ -19,6 +19,10 @@ Launcher side
 ``launch(script, world_size, args, timeout)`` starts the ranks in their own sessions,
 waits for all of them to exit (at most ``timeout`` seconds), then SIGCONTs and SIGKILLs
 whatever is left, and returns one ``RankResult`` per rank: exit code, records and log.
+A rank is forked from harness.py's forkserver, which has imported torch, and made into
+what ``python script args`` would be; an environment torch reads at import that differs
+from the forkserver's, gdb (RINGX_FAULT_GDB=1), or a script about the interpreter's exit
+gets a fresh interpreter instead.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def _die_with_parent():
         pass
 
 
-if "FAULT_OUT" in os.environ and "RANK" in os.environ:
+def _rank_side_start():
     _die_with_parent()
     if os.environ.get("FAULT_DUMP_AFTER"):
         # A rank still running when the launcher is about to give up prints every
@@ -60,6 +64,10 @@ if "FAULT_OUT" in os.environ and "RANK" in os.environ:
         import faulthandler
 
         faulthandler.dump_traceback_later(float(os.environ["FAULT_DUMP_AFTER"]), repeat=True)
+
+
+if "FAULT_OUT" in os.environ and "RANK" in os.environ:
+    _rank_side_start()
 
 
 def rank() -> int:
@@ -250,12 +258,10 @@ def launch(script: str, world_size: int, args=(), *, timeout: float = 90.0, env=
                      LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", ROLE_RANK=str(r),
                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), FAULT_OUT=out,
                      FAULT_DUMP_AFTER=str(max(5.0, timeout - 10)))
-            log = open(os.path.join(out, f"rank{r}.log"), "wb")
+            log_path = os.path.join(out, f"rank{r}.log")
+            log = open(log_path, "wb")
             logs.append(log)
-            procs.append(subprocess.Popen(
-                [*_debugger(), sys.executable, os.path.join(HERE, script), *map(str, args)], env=e,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True))
+            procs.append(_start_rank(os.path.join(HERE, script), [str(a) for a in args], e, log, log_path))
         deadline = t0 + timeout
         exit_times = [None] * world_size
         awaited = [procs[r] for r in (range(world_size) if wait_for is None else wait_for)]
@@ -294,6 +300,93 @@ def launch(script: str, world_size: int, args=(), *, timeout: float = 90.0, env=
     return Launch(results, time.time() - t0)
 
 
+# What torch (or the C runtime under it) reads when it is imported: a rank whose
+# environment differs there from the forkserver's must be a fresh interpreter.
+_READ_AT_IMPORT = ("LD_", "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GLOG_", "TORCH_",
+                   "ASAN_", "UBSAN_", "LSAN_", "TSAN_", "CUDA_", "MALLOC_")
+# Read again by _forked_rank, or only by a fresh interpreter's sys.path set-up.
+_RESET_AFTER_FORK = {"PYTHONPATH", "PYTHONUNBUFFERED", "TORCH_DISTRIBUTED_DEBUG"}
+# Scripts about the interpreter's own exit, which a forked rank does not go through
+# (it runs the atexit hooks, then _exit()s).
+_FRESH_SCRIPTS = {"exit_release.py"}
+
+
+def _start_rank(path, args, env, log, log_path):
+    """A rank forked from the test suite's forkserver, which has imported torch once
+    (each fresh interpreter costs about 3 s of CPU to import it), unless the rank
+    needs an interpreter of its own."""
+    if not _debugger() and os.path.basename(path) not in _FRESH_SCRIPTS:
+        import harness  # launcher side only: tests/python is on sys.path there
+
+        ctx_env = harness.fork_env()
+        if all(
+                env.get(k) == ctx_env.get(k) for k in set(env) | set(ctx_env)
+                if k.startswith(_READ_AT_IMPORT) and k not in _RESET_AFTER_FORK):
+            p = harness.fork(_forked_rank, (path, args, env, log_path), os.path.basename(path))
+            return _ForkedRank(p)
+    return subprocess.Popen([*_debugger(), sys.executable, path, *args], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+class _ForkedRank:
+    """The part of subprocess.Popen the launcher uses, for a forked rank."""
+
+    def __init__(self, process):
+        self._process = process
+        self.pid = process.pid
+
+    def poll(self):
+        return self._process.exitcode
+
+    def wait(self, timeout):
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self._process.name, timeout)
+        return self._process.exitcode
+
+
+def _forked_rank(path, args, env, log_path):
+    """Runs in the forked child: becomes what `python path args` with env would be."""
+    import atexit
+    import runpy
+
+    os.setsid()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True, write_through=True)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = [path, *args]
+    extra = [os.path.dirname(path), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    sys.path[:0] = [d for d in extra if d not in sys.path]
+    import torch.distributed as dist
+
+    dist.set_debug_level_from_env()
+    _rank_side_start()
+    code = 0
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - as the interpreter would: print it, exit 1
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _debugger():
     """RINGX_FAULT_GDB=1 runs every rank under gdb and logs all threads' stacks on a crash."""
     if os.environ.get("RINGX_FAULT_GDB") != "1":
@@ -306,10 +399,12 @@ def _kill_session(p: subprocess.Popen):
     """SIGCONT (a stopped rank cannot die otherwise... it can, but be sure) and SIGKILL
     the rank's whole session, then reap it."""
     for sig in (signal.SIGCONT, signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # A forked rank may not have made its session yet: signal it by pid too.
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
     try:
         p.wait(timeout=10)
     except subprocess.TimeoutExpired:
