@@ -73,7 +73,7 @@ def dies(before):
             return count if big and src != dst else 1
         ins = [sends(r, q) for q in range(n)]
         outs = [sends(q, r) for q in range(n)]
-        inp, got = torch.ones(sum(ins)), torch.empty(sum(outs))
+        inp, got = torch.ones(sum(ins)), torch.zeros(sum(outs))
         return lambda: dist.all_to_all_single(got, inp, outs, ins, async_op=True)
 
     # Only the chosen call's buffers are allocated: each is up to hundreds of MiB.
@@ -81,12 +81,15 @@ def dies(before):
         call = lopsided({"all_to_all_from": True, "all_to_all_to": False}[COLL])
     else:
         x = torch.full((count,), float(r))
-        out = torch.empty(n * count)
+        out = torch.zeros(n * count)
         call = {
             "all_gather": lambda: dist.all_gather_into_tensor(out, x, async_op=True),
             "all_reduce": lambda: dist.all_reduce(out, async_op=True),
             "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, out, async_op=True),
         }[COLL]
+    # Hundreds of MiB take seconds to fault in on a loaded machine, longer than the
+    # short timeout these scenarios run with: every rank has its buffers first.
+    common.file_barrier("allocated", range(n), timeout=60)
     call().wait()  # everyone connected, the path warm
     common.record("warm")
     if r == victim:
