@@ -21,6 +21,7 @@ replica 2 SIGKILLed after its 4th committed step, the other two training on with
 it, a replacement that heals from them, all three to step 14 with equal final states.
 
   recovery   from the kill to the survivors' first completed step after it
+             (torchft: the first step after the victim's last, without it)
   step       the survivors' median time per step before the kill (torchft: 0.05 s of
              it is the replicas' stand-in for compute, and each step runs a quorum)
 
@@ -29,6 +30,15 @@ ProcessGroupGloo: when a peer dies mid-allreduce, gloo's wait() raises and torch
 DDP hook then fails an assertion, so the survivors crash; the run records that),
 ``gloo-reporting`` (torchft's gloo with ringx.torchft.AbortOnFailure, whose wait()
 aborts the group and reports through errored() instead: gloo's own recovery time).
+
+``--phases`` (torchft modes) splits each recovery, as the survivor that was back first
+saw it (tools/torchft_replicas.py's recovery_phases): the kill to its collective
+failing (error, when it had one) and to the quorum without the victim (quorum), the
+process group's configure() (of which create_pg, the new group, and configure_rest: the
+old group's abort and the store's client), the new group's first allreduce, from it to the step committed (to_commit: 50 ms
+of stand-in compute, then the commit), from the quorum to that step (from_quorum: the
+process group's share; the quorum itself waits on the lighthouse's join timeout and
+ticks, 0.5-0.6 s whatever the group), and the kill to that step (recovery).
 """
 
 import argparse
@@ -93,7 +103,10 @@ def main(argv=None):
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default=None, help="output JSON (default bench-results/recovery-<time>.json)")
+    p.add_argument("--phases", action="store_true", help="torchft modes: time each phase of a recovery")
     a = p.parse_args(argv)
+    if a.phases:
+        os.environ["RINGX_RECOVERY_PHASES"] = "1"  # the replicas inherit it
     modes = [b.strip() for b in a.modes.split(",") if b.strip()]
     bad = [b for b in modes if b not in MODES]
     if bad:
@@ -111,6 +124,8 @@ def main(argv=None):
                     else:
                         r = torchft_replicas.run_kill_and_heal(out, b)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
+                    if r.phases:
+                        runs[b][-1]["phases_s"] = r.phases
                 except (AssertionError, statistics.StatisticsError) as err:
                     # A run too short to time (no two steps before the kill) fails as one.
                     # The first line says what failed; the replicas' log tails follow, for the JSON.
@@ -125,7 +140,23 @@ def main(argv=None):
                 [lambda ok: spread([r["recovery_s"] for r in ok]),
                  lambda ok: f"{statistics.median(r['step_s'] for r in ok) * 1e3:.0f}"])
 
+    timed = [b for b in modes if any("phases_s" in r for r in runs[b])]
+    if timed:
+        print_phases(timed, runs)
+
     write_runs("recovery", a.json, runs)
+
+
+def print_phases(modes, runs):
+    """A row per phase, a column per mode: ms, min / median / max over its runs."""
+    print("\n| phase, ms | " + " | ".join(modes) + " |")
+    print("|---|" + "---|" * len(modes))
+    for name in torchft_replicas.PHASES:
+        cells = []
+        for b in modes:
+            xs = [r["phases_s"][name] * 1e3 for r in runs[b] if r.get("phases_s") and r["phases_s"][name] is not None]
+            cells.append(f"{spread(xs, 0)} ({len(xs)})" if xs else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,58 @@ def _process_group(backend, timeout):
     return ReportingGloo(timeout=timeout)
 
 
+class _TimedClient:
+    """The Manager's client with its quorum call timed (the rest passes through:
+    torchft's client is a Rust object whose methods cannot be replaced)."""
+
+    def __init__(self, client, record):
+        self._client = client
+        self._quorum = _timed(client._quorum, "quorum", record)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def _timed(fn, name, record):
+    def call(*args, **kwargs):
+        start = time.time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            record(name, start, time.time())
+
+    return call
+
+
+def _record_phases(manager, pg, record):
+    """RINGX_RECOVERY_PHASES=1 (benchmarks/recovery.py --phases): each call on the
+    way from a kill to the next committed step, as `phase <name> <start> <end>`,
+    so that the launcher can split a recovery into detection, abort, quorum,
+    configure and the first collective."""
+    for name in ("configure", "_create_pg"):
+        setattr(pg, name, _timed(getattr(pg, name), name.lstrip("_"), record))
+    fail = getattr(pg, "_fail", None)
+    if fail is not None:  # AbortOnFailure's: a collective's wait() failed
+
+        def failed(*args):
+            record("error", time.time(), time.time())
+            fail(*args)
+
+        pg._fail = failed
+    allreduce = pg.allreduce
+
+    def timed_allreduce(*args, **kwargs):
+        start = time.time()
+        work = allreduce(*args, **kwargs)
+        work.get_future().add_done_callback(lambda _: record("allreduce", start, time.time()))
+        return work
+
+    pg.allreduce = timed_allreduce
+    for name in ("wait_quorum", "should_commit", "report_error"):
+        setattr(manager, name, _timed(getattr(manager, name), name, record))
+    manager._client = _TimedClient(manager._client, record)
+
+
 def replica_main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--replica-id", type=int, required=True)
@@ -99,6 +151,9 @@ def replica_main(argv=None):
     ddp = DistributedDataParallel(manager, model)
     opt = OptimizerWrapper(manager, inner)
     progress = open(os.path.join(a.out, f"progress{a.replica_id}.txt"), "a", buffering=1)
+    if os.environ.get("RINGX_RECOVERY_PHASES") == "1":
+        _record_phases(manager, manager._pg, lambda name, start, end: progress.write(
+            f"phase {name} {start} {end}\n"))
     progress.write(f"ready {time.time()}\n")
     while manager.current_step() < a.steps:
         if manager.current_step() == a.hold_at:
@@ -132,6 +187,45 @@ class Run:
     step_s: float  # the survivors' median time per committed step before the kill
     steps_after_kill: list  # (step, time, participants) of replica 0 without replica 2
     rejoined: list  # (step, time, participants) of the replacement
+    phases: dict = None  # RINGX_RECOVERY_PHASES=1: recovery_phases() of the survivor that recovered first
+
+
+# recovery_phases()'s keys, in the order they happen.
+PHASES = ["error", "quorum", "configure", "create_pg", "configure_rest", "allreduce", "to_commit", "from_quorum",
+          "recovery"]
+
+
+def recovery_phases(out, replica, killed, kill_at):
+    """Where a survivor's recovery went (replica_main's phase lines), in seconds:
+    error: from the kill to its collective failing (None when none did: the
+    victim had not joined the next quorum); quorum: from the kill to the quorum
+    that drops the victim; configure: the process group's reconfiguration, of
+    which create_pg (the new group) and configure_rest (the rest: the old
+    group's abort, the store's client); allreduce: the
+    new group's first; to_commit: from it to the step committed (0.05 s of it
+    is the step's stand-in for compute); from_quorum: from the quorum to that
+    step (the process group's share: the quorum waits on the lighthouse, whose
+    ticks make it vary by up to 0.1 s from run to run); recovery: from the kill
+    to that step."""
+    lines = progress(out, replica)
+    calls = [(p[1], float(p[2]), float(p[3])) for p in lines if p[0] == "phase"]
+
+    def first(name, since, until=float("inf")):
+        return next(((s, e) for n, s, e in calls if n == name and since <= s <= until), None)
+
+    step = next(float(p[2]) for p in lines if p[0] == "step" and int(p[1]) > kill_at and float(p[2]) > killed)
+    configure = first("configure", killed)
+    if configure is None:
+        return None
+    error = first("error", killed)
+    quorum_end = max(e for n, s, e in calls if n == "quorum" and e <= configure[0])
+    create = first("create_pg", *configure)
+    allreduce = first("allreduce", configure[1])
+    return {"error": error and error[0] - killed, "quorum": quorum_end - killed,
+            "configure": configure[1] - configure[0], "create_pg": create[1] - create[0],
+            "configure_rest": configure[1] - configure[0] - (create[1] - create[0]),
+            "allreduce": allreduce[1] - allreduce[0],
+            "to_commit": step - allreduce[1], "from_quorum": step - quorum_end, "recovery": step - killed}
 
 
 def progress(out, replica):
@@ -203,13 +297,18 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
         killed = dying[0]
 
         # Steps the survivors committed without replica 2 (a step it had already
-        # joined when the kill landed may still commit after it, with three).
+        # joined when the kill landed may still commit after it, with three; and
+        # the kill_at step of a survivor a little behind the victim may commit
+        # after it with two, when one replica sat out that step's quorum).
         def after(r):
-            return [s for s in steps(out, r) if s[1] > killed and s[2] == 2]
+            return [s for s in steps(out, r) if s[0] > kill_at and s[1] > killed and s[2] == 2]
 
         _wait(lambda: all(len(after(r)) >= 2 for r in (0, 1)), 60, "two survivor steps without replica 2", out,
               alive=[procs[0], procs[1]])
         recovery = min(after(r)[0][1] for r in (0, 1)) - killed
+        first_back = min((0, 1), key=lambda r: after(r)[0][1])
+        phases = (recovery_phases(out, first_back, killed, kill_at)
+                  if os.environ.get("RINGX_RECOVERY_PHASES") == "1" else None)
         before = [t for s, t, _ in steps(out, 0) if s <= kill_at]
         step_s = statistics.median(b - a for a, b in zip(before, before[1:]))
         ready_before = sum(p[0] == "ready" for p in progress(out, 2))
@@ -225,7 +324,7 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
                 _fail(f"replica {r} did not finish within 120 s", out)
             if procs[r].returncode != 0:
                 _fail(f"replica {r} exited with {procs[r].returncode}", out)
-        return Run(recovery, step_s, after(0), steps(out, 2)[first_life:])
+        return Run(recovery, step_s, after(0), steps(out, 2)[first_life:], phases)
     finally:
         for p in procs.values():
             if p.poll() is None:

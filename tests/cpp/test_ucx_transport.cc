@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/transport/ucx/ucx_transport.h"
+#include "core/transport/ucx/ucx_worker.h"
 #include "test_support.h"
 
 using namespace ringx;
@@ -359,4 +360,24 @@ TEST_CASE("ucx transport: groups over the same ranks at once never take each oth
     store.add("trio-done", 1);
     while (store.add("trio-done", 0) < 3) trio->progress();
   });
+}
+
+// A worker is shared while it has a tag channel left for the group; once
+// its channels are used up, the next group gets a fresh worker and the
+// groups on the old one keep theirs.
+TEST_CASE("ucx worker: a group gets a fresh worker once the shared one has no tag channel left for it") {
+  std::shared_ptr<UcxWorker> shared;
+  {
+    UcxWorker::Claim claim("", 1);
+    shared = claim.worker();
+  }
+  {
+    UcxWorker::Claim claim("", 1);
+    REQUIRE(claim.worker() == shared);
+  }
+  while (shared->proposeChannel(1) != UcxWorker::kNoChannel) {
+  }
+  UcxWorker::Claim claim("", 1);
+  REQUIRE(claim.worker() != shared);
+  REQUIRE(claim.worker()->proposeChannel(1) == 0);
 }

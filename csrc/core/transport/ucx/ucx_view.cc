@@ -105,11 +105,12 @@ void waitUntilAllConnected(Store& store, const std::string& keyPrefix, int rank,
 }  // namespace
 
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts) {
-  UcxWorker::Claim claim(opts.tls);
+  const int bits = std::bit_width(unsigned(size - 1));
+  UcxWorker::Claim claim(opts.tls, bits);
   const std::shared_ptr<UcxWorker>& worker = claim.worker();
   auto ch = std::make_unique<UcxChannel>();
   ch->rank = rank;
-  ch->bits = std::bit_width(unsigned(size - 1));
+  ch->bits = bits;
   ch->presence = std::make_shared<UcxChannel::Presence>();
   PeerCard mine = worker->card(ch->presence->mine.name());
   mine.channel = worker->proposeChannel(ch->bits);

@@ -41,7 +41,7 @@ std::vector<std::weak_ptr<UcxWorker>>& registry() {
 
 }  // namespace
 
-UcxWorker::Claim::Claim(const std::string& tls) {
+UcxWorker::Claim::Claim(const std::string& tls, int bits) {
   std::lock_guard<std::mutex> lock(registryMu());
   auto& workers = registry();
   const int fork = forkGeneration();
@@ -51,7 +51,7 @@ UcxWorker::Claim::Claim(const std::string& tls) {
   });
   for (auto& w : workers) {
     auto live = w.lock();
-    if (live && live->tls_ == tls && !live->claimed_) {
+    if (live && live->tls_ == tls && !live->claimed_ && live->hasChannelFor(bits)) {
       worker_ = std::move(live);
       break;
     }
@@ -260,6 +260,12 @@ uint32_t UcxWorker::proposeChannel(int bits) {
   if (base + block > kSourceValues) return kNoChannel;
   nextBase_ = base + block;
   return base;
+}
+
+bool UcxWorker::hasChannelFor(int bits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t block = 1u << bits;
+  return (nextBase_ + block - 1) / block * block + block <= kSourceValues;
 }
 
 void UcxWorker::takeChannel(uint32_t base, int bits) {

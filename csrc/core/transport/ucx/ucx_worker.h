@@ -97,15 +97,20 @@ struct UcxPending {
 
 class UcxWorker {
  public:
-  // A live worker for `tls` that no group creation in progress holds, or a
-  // new one. The claim keeps two ranks of one group that are threads of one
-  // process (tests, thread-based launchers) on workers of their own: a
-  // message names its group and sender, not its receiver, so two ranks of a
-  // group on one worker would take each other's messages. Ranks of a group
-  // create it together, so their claims overlap.
+  // A live worker for `tls` that no group creation in progress holds and
+  // that has a tag channel left for a group of 2^bits ranks, or a new one.
+  // The claim keeps two ranks of one group that are threads of one process
+  // (tests, thread-based launchers) on workers of their own: a message names
+  // its group and sender, not its receiver, so two ranks of a group on one
+  // worker would take each other's messages. Ranks of a group create it
+  // together, so their claims overlap. A worker's channels are never reused
+  // (a late message of an ended group would match the next one's receives),
+  // so a process that keeps one group while it replaces others (torchft's
+  // reconfigurations) would use them all up: it gets a fresh worker instead,
+  // and the old one ends with the last group on it.
   class Claim {
    public:
-    explicit Claim(const std::string& tls);
+    Claim(const std::string& tls, int bits);
     ~Claim();
     Claim(const Claim&) = delete;
     Claim& operator=(const Claim&) = delete;
@@ -134,6 +139,7 @@ class UcxWorker {
   static constexpr uint32_t kNoChannel = UINT32_MAX;
   uint32_t proposeChannel(int bits);
   void takeChannel(uint32_t base, int bits);
+  bool hasChannelFor(int bits);
 
   // A group's channel joins the worker (eventfds made) or leaves it: its
   // transfers are forgotten, its queue dropped.
