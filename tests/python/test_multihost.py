@@ -200,6 +200,25 @@ def test_monitored_barrier_across_hosts_waits_for_a_late_rank_and_names_only_the
     assert 0.35 * TIMEOUT_S <= rec["seconds"] < 0.9 * TIMEOUT_S, f"{rec}\n{logs}"
 
 
+def test_a_rank_that_destroys_a_group_but_keeps_another_fails_its_peer_on_the_other_host_fast(hosts):
+    """Rank 1 (host 0) destroys the group it shares with rank 3 (host 1) and keeps the
+    world group, so its endpoint to rank 3's process stays open: rank 3, in an all_reduce
+    on the group, must hear that group rank 0 left at once, not after the group's limit
+    of 4 T, and every rank's world all_reduce must work after it."""
+    reports, logs = launch(hosts, "leave", victim=1)
+    left_at = reports.get(1, {}).get("left_at")
+    rec = reports.get(3, {}).get("pending")
+    assert left_at and rec and not rec["ok"], f"{reports}\n{logs}"
+    assert rec["type"] == "DistBackendError", f"{rec}\n{logs}"
+    assert "connection to rank 0 closed" in rec["msg"], f"{rec}\n{logs}"
+    delay = rec["at"] - left_at
+    print(f"[multihost] leave: rank 3 raised {delay:.2f} s after rank 1 destroyed the group: {rec['msg'][:160]}")
+    assert delay < 2.0, f"rank 3 raised {delay:.2f} s after the destroy: {rec}\n{logs}"
+    for r in range(HOSTS * RANKS_PER_HOST):
+        after = reports.get(r, {}).get("after")
+        assert after and after["ok"], f"rank {r}: world all_reduce after the destroy: {after}\n{logs}"
+
+
 # --- Fault matrix (issue 10): a peer on another host, or on this one, is SIGKILLed before
 # or during every kind of collective (a sparse all_reduce included), at 8 B and at 4 MiB
 # (many receives in flight per peer); no survivor may crash, and each must raise

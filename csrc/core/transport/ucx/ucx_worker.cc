@@ -39,6 +39,27 @@ std::vector<std::weak_ptr<UcxWorker>>& registry() {
   return *workers;
 }
 
+// A leave notice (ucx_worker.h): the sender's worker, the group's block, and
+// the sender's rank in the group.
+struct LeaveNotice {
+  uint64_t uid;
+  uint32_t base;
+  int32_t rank;
+};
+constexpr unsigned kLeaveNoticeId = 1;
+
+// A notice UCX did not send within the call, kept until it has.
+struct SentNotice {
+  UcxWorker* worker;
+  LeaveNotice body;
+};
+
+// How long closing a channel progresses the worker for notices UCX could not
+// send at once (a connection still being made, a full socket): long enough
+// for a live peer's side of that, short enough that closing never waits on a
+// dead one in earnest.
+constexpr auto kNoticeWait = std::chrono::milliseconds(100);
+
 }  // namespace
 
 UcxWorker::Claim::Claim(const std::string& tls) {
@@ -76,7 +97,7 @@ UcxWorker::UcxWorker(const std::string& tls) : tls_(tls), fork_(forkGeneration()
   if (!tls.empty()) ucp_config_modify(config, "TLS", tls.c_str());
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.name = "ringx";
   ucs_status_t st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -88,6 +109,14 @@ UcxWorker::UcxWorker(const std::string& tls) : tls_(tls), fork_(forkGeneration()
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     check(ucp_worker_create(context_, &wp, &worker_), "worker_create");
     check(ucp_worker_get_efd(worker_, &efd_), "worker_get_efd");
+    ucp_am_handler_param_t am{};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    am.id = kLeaveNoticeId;
+    am.flags = UCP_AM_FLAG_WHOLE_MSG;
+    am.cb = &UcxCallbacks::onLeaving;
+    am.arg = this;
+    check(ucp_worker_set_am_recv_handler(worker_, &am), "set_am_recv_handler");
     ucp_address_t* addr = nullptr;
     size_t addrLen = 0;
     check(ucp_worker_get_address(worker_, &addr, &addrLen), "worker_get_address");
@@ -293,9 +322,77 @@ void UcxWorker::close(UcxChannel& ch) {
     forgetLocked(ch);
     std::erase(channels_, &ch);
     std::erase_if(newlyFailed_, [&](const Failure& f) { return f.channel == &ch; });
+    tellLeaving(ch);
+  }
+  // Notices UCX could not send at once need the worker progressed, and no
+  // other group may do that soon. What this progress completes for the
+  // other groups is queued to them: wake them to take it.
+  const auto deadline = std::chrono::steady_clock::now() + kNoticeWait;
+  for (bool progressed = false;; progressed = true) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (noticesInFlight_ == 0 || std::chrono::steady_clock::now() >= deadline) {
+      if (progressed) wakeOthers(ch);
+      break;
+    }
+    ucp_worker_progress(worker_);
   }
   ::close(ch.eventFd);
   ::close(ch.wakeFd);
+}
+
+// Peers on this host see this rank's presence mark go; those known dead or
+// gone from the group are not told.
+void UcxWorker::tellLeaving(const UcxChannel& ch) {
+  for (int r = 0; r < ch.size(); ++r) {
+    Peer& peer = peers_[size_t(ch.peers[size_t(r)])];
+    if (r == ch.rank || ch.left[size_t(r)] || peer.failed || !peer.peerMode || !peer.ep) continue;
+    auto* sent = new SentNotice{this, {uid_, ch.base, ch.rank}};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &UcxCallbacks::onNoticeSent;
+    param.user_data = sent;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    ++noticesInFlight_;
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(peer.ep, kLeaveNoticeId, &sent->body, sizeof(sent->body), nullptr, 0, &param);
+    if (!UCS_PTR_IS_PTR(req)) {
+      --noticesInFlight_;
+      delete sent;
+    }
+  }
+}
+
+void UcxCallbacks::onNoticeSent(void* request, ucs_status_t, void* user) {
+  auto* sent = static_cast<SentNotice*>(user);
+  --sent->worker->noticesInFlight_;
+  delete sent;
+  ucp_request_free(request);
+}
+
+ucs_status_t UcxCallbacks::onLeaving(void* arg, const void* header, size_t headerLength, void*, size_t,
+                                     const ucp_am_recv_param_t*) {
+  LeaveNotice notice{};
+  if (headerLength == sizeof(notice)) {
+    std::memcpy(&notice, header, sizeof(notice));
+    static_cast<UcxWorker*>(arg)->heardLeaving(notice.uid, notice.base, notice.rank);
+  }
+  return UCS_OK;
+}
+
+// Inside UCX, with the lock held: records only, as a peer's death does. A
+// notice for a group this worker has no channel of is dropped; its channel
+// opened before this rank told the others it was connected (ucx_view.cc), so
+// that group is gone here too.
+void UcxWorker::heardLeaving(uint64_t uid, uint32_t base, int rank) {
+  auto known = peerOfUid_.find(uid);
+  if (known == peerOfUid_.end()) return;
+  for (UcxChannel* ch : channels_) {
+    if (ch->base != base || rank < 0 || rank >= ch->size() || rank == ch->rank) continue;
+    if (ch->peers[size_t(rank)] != known->second || ch->left[size_t(rank)]) continue;
+    ch->left[size_t(rank)] = true;
+    ch->woken = true;
+    peerFailed(known->second, ch);
+  }
 }
 
 }  // namespace ringx

@@ -24,8 +24,16 @@
 // timeout or abort cancels only its own transfers (forgetPending). A peer
 // process that dies (its endpoint fails, or its pid is gone) fails the
 // receives of every view that waits on it, at the next progress of any of
-// them; a peer that left one group but lives on (its presence mark in that
-// group, presence.h) fails that group's receives only.
+// them; a peer that left one group but lives on fails that group's receives
+// only.
+//
+// Leaving. A rank that destroys a group while its process keeps others
+// leaves its endpoints open, so nothing closes for its peers. Those on this
+// host see its presence mark in the group go (presence.h); those on other
+// hosts get a leave notice, a small active message naming the group's block
+// and the rank, sent when the group's channel closes. The notice is never
+// waited for beyond a moment: a peer that does not take it still learns at
+// the group's timeout, or when the process's endpoints close.
 //
 // Fork: a worker belongs to the process that created it. A forked child never
 // gets the parent's worker from claim(), and never touches the copy it
@@ -136,7 +144,8 @@ class UcxWorker {
   void takeChannel(uint32_t base, int bits);
 
   // A group's channel joins the worker (eventfds made) or leaves it: its
-  // transfers are forgotten, its queue dropped.
+  // transfers are forgotten, its queue dropped, and its peers on other hosts
+  // told that this rank left.
   void open(UcxChannel& ch);
   void close(UcxChannel& ch);
 
@@ -181,6 +190,8 @@ class UcxWorker {
   void abandon(UcxPending* p);
   void wakeOthers(const UcxChannel& ch);
   uint64_t wireTag(const UcxChannel& ch, uint64_t tag, int rank) const;
+  void tellLeaving(const UcxChannel& ch);
+  void heardLeaving(uint64_t uid, uint32_t base, int rank);
   void teardown();
 
   friend struct UcxCallbacks;  // UCX's callbacks (ucx_callbacks.h, with UCX's types)
@@ -202,6 +213,7 @@ class UcxWorker {
   std::unordered_map<TransferId, UcxPending*> pending_;
   std::vector<Failure> newlyFailed_;
   TransferId nextId_ = 1;
+  int noticesInFlight_ = 0;
 };
 
 }  // namespace ringx
