@@ -2,6 +2,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -30,13 +31,18 @@ void check(ucs_status_t st, const char* what) {
 
 // The live workers, by UCX_TLS value and fork generation. Leaked on purpose:
 // views destroyed at exit may still reach it after static destructors ran.
-std::mutex& registryMu() {
-  static auto* mu = new std::mutex;
-  return *mu;
-}
-std::vector<std::weak_ptr<UcxWorker>>& registry() {
-  static auto* workers = new std::vector<std::weak_ptr<UcxWorker>>;
-  return *workers;
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<UcxWorker>> workers;
+  // Held while a worker ends: ending one changes UCX's process-wide state,
+  // as making one (under mu) does.
+  std::mutex ending;
+  // The workers whose locks a fork under way holds.
+  std::vector<std::shared_ptr<UcxWorker>> heldAcrossFork;
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
 }
 
 // A leave notice (ucx_worker.h): the sender's worker, the group's block, and
@@ -63,8 +69,10 @@ constexpr auto kNoticeWait = std::chrono::milliseconds(100);
 }  // namespace
 
 UcxWorker::Claim::Claim(const std::string& tls) {
-  std::lock_guard<std::mutex> lock(registryMu());
-  auto& workers = registry();
+  [[maybe_unused]] static const int forkHandlers =
+      ::pthread_atfork(&UcxWorker::beforeFork, [] { afterFork(false); }, [] { afterFork(true); });
+  std::lock_guard<std::mutex> lock(registry().mu);
+  auto& workers = registry().workers;
   const int fork = forkGeneration();
   std::erase_if(workers, [&](const std::weak_ptr<UcxWorker>& w) {
     auto live = w.lock();
@@ -85,8 +93,35 @@ UcxWorker::Claim::Claim(const std::string& tls) {
 }
 
 UcxWorker::Claim::~Claim() {
-  std::lock_guard<std::mutex> lock(registryMu());
+  std::lock_guard<std::mutex> lock(registry().mu);
   worker_->claimed_ = false;
+}
+
+// A fork waits until no worker is being made or ended and no call into a
+// worker is under way, so that the child finds UCX's process-wide state
+// whole, and these locks free: the thread that took them is the child's only
+// one. The child never uses the parent's workers (Claim skips them): its
+// references to them are kept, never dropped.
+void UcxWorker::beforeFork() {
+  Registry& r = registry();
+  r.mu.lock();
+  r.ending.lock();
+  for (auto& w : r.workers) {
+    auto live = w.lock();
+    if (live && live->fork_ == forkGeneration()) {
+      live->mu_.lock();
+      r.heldAcrossFork.push_back(std::move(live));
+    }
+  }
+}
+
+void UcxWorker::afterFork(bool child) {
+  Registry& r = registry();
+  std::vector<std::shared_ptr<UcxWorker>> held = std::exchange(r.heldAcrossFork, {});
+  for (auto it = held.rbegin(); it != held.rend(); ++it) (*it)->mu_.unlock();
+  r.ending.unlock();
+  r.mu.unlock();
+  if (child) new std::vector<std::shared_ptr<UcxWorker>>(std::move(held));
 }
 
 UcxWorker::UcxWorker(const std::string& tls) : tls_(tls), fork_(forkGeneration()), host_(hostIdentity()) {
@@ -142,6 +177,7 @@ UcxWorker::~UcxWorker() {
 // messages its peers still need with it; peers known dead or gone are
 // skipped, so none is waited on.
 void UcxWorker::teardown() {
+  std::lock_guard<std::mutex> ending(registry().ending);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   auto waitFor = [&](std::vector<void*>& requests) {
     for (void* req : requests) {

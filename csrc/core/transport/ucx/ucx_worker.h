@@ -37,7 +37,10 @@
 //
 // Fork: a worker belongs to the process that created it. A forked child never
 // gets the parent's worker from claim(), and never touches the copy it
-// inherited (its lock may be held by a thread that is not in the child).
+// inherited. A fork waits for a worker being made or ended, and for any call
+// into a worker under way (each is short, and a teardown bounded), so the
+// child starts with UCX's process-wide state whole and ringx's locks free,
+// and can make workers of its own.
 #pragma once
 
 #include <cstdint>
@@ -193,6 +196,8 @@ class UcxWorker {
   void tellLeaving(const UcxChannel& ch);
   void heardLeaving(uint64_t uid, uint32_t base, int rank);
   void teardown();
+  static void beforeFork();
+  static void afterFork(bool child);
 
   friend struct UcxCallbacks;  // UCX's callbacks (ucx_callbacks.h, with UCX's types)
 
