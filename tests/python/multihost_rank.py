@@ -1,7 +1,7 @@
 """One rank of tests/python/test_multihost.py, started inside a network, pid and UTS
 namespace that plays one host.
 
-    multihost_rank.py OUT_DIR check|kill|monitored|leave VICTIM TIMEOUT_S
+    multihost_rank.py OUT_DIR check|kill|monitored|leave|stopped VICTIM TIMEOUT_S
 
 Writes OUT_DIR/rank<R>.json: the rank's hostname, the collectives it checked and, for
 "kill", what its pending all_reduce raised after VICTIM exited and when. "monitored":
@@ -10,11 +10,14 @@ enters it 0.4 x TIMEOUT_S late, the others at once; "pending" is what it raised 
 "leave": VICTIM and the last rank (the other host) share a group of two, with a limit of
 4 x TIMEOUT_S; VICTIM destroys it and keeps the world group ("left_at") while the last rank
 all_reduces on it ("pending"); then every rank all_reduces on the world ("after").
+"stopped": VICTIM's host-mate SIGSTOPs it for 3 s; meanwhile rank 0 destroys the world, its
+process's last group ("destroy_s"), and every rank exits through the interpreter's exit.
 """
 
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 
@@ -135,5 +138,30 @@ if mode == "leave":
     except Exception as e:  # noqa: BLE001
         report["after"] = {"ok": False, "msg": str(e)}
     save()
+
+if mode == "stopped":
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pid{r}", str(os.getpid()))
+    dist.barrier()
+    mate = victim ^ 1
+    if r == mate:
+        stopped = int(store.get(f"pid{victim}").decode())
+        os.kill(stopped, signal.SIGSTOP)
+        report["stopped_at"] = time.time()
+        save()
+        time.sleep(3.0)
+        os.kill(stopped, signal.SIGCONT)
+    elif r == 0:
+        mate_file = os.path.join(out_dir, f"rank{mate}.json")
+        deadline = time.time() + 4 * timeout_s
+        while time.time() < deadline and not (os.path.exists(mate_file)
+                                              and "stopped_at" in json.load(open(mate_file))):
+            time.sleep(0.05)
+        time.sleep(0.2)
+        start = time.time()
+        dist.destroy_process_group()
+        report["destroy_s"] = time.time() - start
+        save()
+        sys.exit(0)
 
 dist.destroy_process_group()

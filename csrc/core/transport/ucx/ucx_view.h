@@ -3,7 +3,7 @@
 // Destroying a view drops its channel and tells the group's peers that this
 // rank left it (ucx_worker.h: by its presence mark on this host, by a notice
 // to other hosts); the worker and its endpoints stay for the other groups,
-// and go with the last view.
+// and end after the last view, on a thread of their own (ucx_worker.h).
 #pragma once
 
 #include <memory>

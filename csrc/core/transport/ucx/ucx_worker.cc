@@ -9,8 +9,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <random>
+#include <system_error>
+#include <thread>
 
 #include "core/common/fork_generation.h"
 #include "core/common/process_state.h"
@@ -39,6 +44,10 @@ struct Registry {
   std::mutex ending;
   // The workers whose locks a fork under way holds.
   std::vector<std::shared_ptr<UcxWorker>> heldAcrossFork;
+  // How many workers are ending on threads of their own (endLater).
+  std::mutex endingCountMu;
+  std::condition_variable endedOne;
+  int endingNow = 0;
 };
 Registry& registry() {
   static auto* r = new Registry;
@@ -66,6 +75,29 @@ struct SentNotice {
 // dead one in earnest.
 constexpr auto kNoticeWait = std::chrono::milliseconds(100);
 
+// How long the caller that drops a worker waits for it to end: a teardown
+// among live peers that answer ends within it, and leaves no thread or
+// descriptor behind when the caller returns. Longer waits are not the
+// caller's.
+constexpr auto kCallerWait = std::chrono::milliseconds(250);
+// How long the process's exit waits for workers still ending: longer than a
+// teardown's bounded waits, so that UCX's own exit handlers never run under
+// one.
+constexpr auto kExitWait = std::chrono::seconds(6);
+
+void countEnding(int delta) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.endingCountMu);
+  r.endingNow += delta;
+  if (r.endingNow == 0) r.endedOne.notify_all();
+}
+
+void waitForEndings() {
+  Registry& r = registry();
+  std::unique_lock<std::mutex> lock(r.endingCountMu);
+  r.endedOne.wait_for(lock, kExitWait, [&] { return r.endingNow == 0; });
+}
+
 }  // namespace
 
 UcxWorker::Claim::Claim(const std::string& tls) {
@@ -86,7 +118,7 @@ UcxWorker::Claim::Claim(const std::string& tls) {
     }
   }
   if (!worker_) {
-    worker_ = std::make_shared<UcxWorker>(tls);
+    worker_ = std::shared_ptr<UcxWorker>(new UcxWorker(tls), &UcxWorker::endLater);
     workers.push_back(worker_);
   }
   worker_->claimed_ = true;
@@ -162,6 +194,38 @@ UcxWorker::UcxWorker(const std::string& tls) : tls_(tls), fork_(forkGeneration()
     if (worker_) ucp_worker_destroy(worker_);
     ucp_cleanup(context_);
     throw;
+  }
+}
+
+// The last group's teardown may wait on live peers that do not answer, for
+// a bounded time; the caller that destroyed the group waits with it only
+// briefly. A forked child's copy has nothing to end.
+void UcxWorker::endLater(UcxWorker* worker) {
+  if (worker->fork_ != forkGeneration()) {
+    delete worker;
+    return;
+  }
+  [[maybe_unused]] static const int atExit = std::atexit(&waitForEndings);
+  countEnding(1);
+  auto ended = std::make_shared<std::promise<void>>();
+  std::future<void> done = ended->get_future();
+  std::thread ender;
+  try {
+    ender = std::thread([worker, ended] {
+      ::pthread_setname_np(::pthread_self(), "ringx-ucx-end");
+      delete worker;
+      countEnding(-1);
+      ended->set_value();
+    });
+  } catch (const std::system_error&) {
+    delete worker;
+    countEnding(-1);
+    return;
+  }
+  if (done.wait_for(kCallerWait) == std::future_status::ready) {
+    ender.join();
+  } else {
+    ender.detach();
   }
 }
 

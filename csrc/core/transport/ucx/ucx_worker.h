@@ -35,6 +35,11 @@
 // waited for beyond a moment: a peer that does not take it still learns at
 // the group's timeout, or when the process's endpoints close.
 //
+// Ending. With the last group's view, the worker flushes and closes its
+// endpoints, waiting a bounded time on live peers that do not answer; that
+// runs on a thread of its own, which the caller destroying the last group
+// waits for only briefly, and the process's exit waits for to the end.
+//
 // Fork: a worker belongs to the process that created it. A forked child never
 // gets the parent's worker from claim(), and never touches the copy it
 // inherited. A fork waits for a worker being made or ended, and for any call
@@ -196,6 +201,7 @@ class UcxWorker {
   void tellLeaving(const UcxChannel& ch);
   void heardLeaving(uint64_t uid, uint32_t base, int rank);
   void teardown();
+  static void endLater(UcxWorker* worker);
   static void beforeFork();
   static void afterFork(bool child);
 
