@@ -40,6 +40,14 @@ def save():
     os.replace(path + ".tmp", path)
 
 
+def wait_for(q, key, limit_s):
+    """Until rank q's report holds `key`, for at most limit_s."""
+    path = os.path.join(out_dir, f"rank{q}.json")
+    deadline = time.time() + limit_s
+    while time.time() < deadline and not (os.path.exists(path) and key in json.load(open(path))):
+        time.sleep(0.05)
+
+
 def check(name, got, want):
     assert torch.equal(got, want), f"rank {r} {name}: got {got.flatten()[:6]}, want {want.flatten()[:6]}"
     report["checked"].append(name)
@@ -126,11 +134,7 @@ if mode == "leave":
                                  "seconds": time.time() - start}
     save()
     # The world all_reduce starts once the partner is out of the pair's, however long it took.
-    partner_file = os.path.join(out_dir, f"rank{partner}.json")
-    deadline = time.time() + 6 * timeout_s
-    while time.time() < deadline and not (os.path.exists(partner_file)
-                                          and "pending" in json.load(open(partner_file))):
-        time.sleep(0.05)
+    wait_for(partner, "pending", 6 * timeout_s)
     t = torch.full((8,), float(r + 1))
     try:
         dist.all_reduce(t)
@@ -143,6 +147,11 @@ if mode == "stopped":
     store = dist.distributed_c10d._get_default_store()
     store.set(f"pid{r}", str(os.getpid()))
     dist.barrier()
+    # Nobody destroys the group before every rank has seen the barrier end.
+    report["past_barrier"] = True
+    save()
+    for q in range(n):
+        wait_for(q, "past_barrier", 4 * timeout_s)
     mate = victim ^ 1
     if r == mate:
         stopped = int(store.get(f"pid{victim}").decode())
@@ -152,11 +161,7 @@ if mode == "stopped":
         time.sleep(3.0)
         os.kill(stopped, signal.SIGCONT)
     elif r == 0:
-        mate_file = os.path.join(out_dir, f"rank{mate}.json")
-        deadline = time.time() + 4 * timeout_s
-        while time.time() < deadline and not (os.path.exists(mate_file)
-                                              and "stopped_at" in json.load(open(mate_file))):
-            time.sleep(0.05)
+        wait_for(mate, "stopped_at", 4 * timeout_s)
         time.sleep(0.2)
         start = time.time()
         dist.destroy_process_group()

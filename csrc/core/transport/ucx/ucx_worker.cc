@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -138,6 +139,7 @@ void UcxWorker::beforeFork() {
   Registry& r = registry();
   r.mu.lock();
   r.ending.lock();
+  r.endingCountMu.lock();
   for (auto& w : r.workers) {
     auto live = w.lock();
     if (live && live->fork_ == forkGeneration()) {
@@ -151,6 +153,9 @@ void UcxWorker::afterFork(bool child) {
   Registry& r = registry();
   std::vector<std::shared_ptr<UcxWorker>> held = std::exchange(r.heldAcrossFork, {});
   for (auto it = held.rbegin(); it != held.rend(); ++it) (*it)->mu_.unlock();
+  // The parent's enders are not in the child, whose exit must not wait for them.
+  if (child) r.endingNow = 0;
+  r.endingCountMu.unlock();
   r.ending.unlock();
   r.mu.unlock();
   if (child) new std::vector<std::shared_ptr<UcxWorker>>(std::move(held));
@@ -162,6 +167,15 @@ UcxWorker::UcxWorker(const std::string& tls) : tls_(tls), fork_(forkGeneration()
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "config_read");
   if (!tls.empty()) ucp_config_modify(config, "TLS", tls.c_str());
+  // UCX's memory hooks take a lock of their own in every mmap and munmap,
+  // on any thread, out of ringx's reach (beforeFork): a child forked after
+  // an ancestor made a worker may have copied it held, and adding the
+  // registration cache's hook handler would then wait forever. Such a child
+  // goes without the cache.
+  static std::atomic<int> firstMadeIn{-1};
+  int expected = -1;
+  firstMadeIn.compare_exchange_strong(expected, fork_);
+  if (firstMadeIn.load() < fork_) ucp_config_modify(config, "RCACHE_ENABLE", "n");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

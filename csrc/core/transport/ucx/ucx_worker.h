@@ -45,7 +45,8 @@
 // inherited. A fork waits for a worker being made or ended, and for any call
 // into a worker under way (each is short, and a teardown bounded), so the
 // child starts with UCX's process-wide state whole and ringx's locks free,
-// and can make workers of its own.
+// and can make workers of its own: without UCX's registration cache, whose
+// memory hooks' lock a fork may copy held (ucx_worker.cc).
 #pragma once
 
 #include <cstdint>
