@@ -1,17 +1,23 @@
 """One rank of tests/python/test_multihost.py, started inside a network, pid and UTS
 namespace that plays one host.
 
-    multihost_rank.py OUT_DIR check|kill|monitored VICTIM TIMEOUT_S
+    multihost_rank.py OUT_DIR check|kill|monitored|leave|stopped VICTIM TIMEOUT_S
 
 Writes OUT_DIR/rank<R>.json: the rank's hostname, the collectives it checked and, for
 "kill", what its pending all_reduce raised after VICTIM exited and when. "monitored":
 VICTIM exits instead of entering ringx.monitored_barrier(wait_all_ranks=True), rank 1
 enters it 0.4 x TIMEOUT_S late, the others at once; "pending" is what it raised on rank 0.
+"leave": VICTIM and the last rank (the other host) share a group of two, with a limit of
+4 x TIMEOUT_S; VICTIM destroys it and keeps the world group ("left_at") while the last rank
+all_reduces on it ("pending"); then every rank all_reduces on the world ("after").
+"stopped": VICTIM's host-mate SIGSTOPs it for 3 s; meanwhile rank 0 destroys the world, its
+process's last group ("destroy_s"), and every rank exits through the interpreter's exit.
 """
 
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 
@@ -32,6 +38,14 @@ def save():
     with open(path + ".tmp", "w") as f:
         json.dump(report, f)
     os.replace(path + ".tmp", path)
+
+
+def wait_for(q, key, limit_s):
+    """Until rank q's report holds `key`, for at most limit_s."""
+    path = os.path.join(out_dir, f"rank{q}.json")
+    deadline = time.time() + limit_s
+    while time.time() < deadline and not (os.path.exists(path) and key in json.load(open(path))):
+        time.sleep(0.05)
 
 
 def check(name, got, want):
@@ -99,5 +113,60 @@ if mode in ("kill", "monitored"):
         time.sleep(0.05)
     dist.destroy_process_group()
     os._exit(0)
+
+if mode == "leave":
+    partner = n - 1
+    pair = dist.new_group([victim, partner], timeout=datetime.timedelta(seconds=4 * timeout_s))
+    if r in (victim, partner):
+        dist.all_reduce(torch.ones(8), group=pair)
+    dist.barrier()
+    if r == victim:
+        time.sleep(0.5)  # the partner's all_reduce is under way
+        report["left_at"] = time.time()
+        dist.destroy_process_group(pair)
+    elif r == partner:
+        start = time.time()
+        try:
+            dist.all_reduce(torch.ones(8), group=pair)
+            report["pending"] = {"ok": True}
+        except Exception as e:  # noqa: BLE001
+            report["pending"] = {"ok": False, "type": type(e).__name__, "msg": str(e), "at": time.time(),
+                                 "seconds": time.time() - start}
+    save()
+    # The world all_reduce starts once the partner is out of the pair's, however long it took.
+    wait_for(partner, "pending", 6 * timeout_s)
+    t = torch.full((8,), float(r + 1))
+    try:
+        dist.all_reduce(t)
+        report["after"] = {"ok": torch.equal(t, torch.full((8,), n * (n + 1) / 2)), "sum": t[0].item()}
+    except Exception as e:  # noqa: BLE001
+        report["after"] = {"ok": False, "msg": str(e)}
+    save()
+
+if mode == "stopped":
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pid{r}", str(os.getpid()))
+    dist.barrier()
+    # Nobody destroys the group before every rank has seen the barrier end.
+    report["past_barrier"] = True
+    save()
+    for q in range(n):
+        wait_for(q, "past_barrier", 4 * timeout_s)
+    mate = victim ^ 1
+    if r == mate:
+        stopped = int(store.get(f"pid{victim}").decode())
+        os.kill(stopped, signal.SIGSTOP)
+        report["stopped_at"] = time.time()
+        save()
+        time.sleep(3.0)
+        os.kill(stopped, signal.SIGCONT)
+    elif r == 0:
+        wait_for(mate, "stopped_at", 4 * timeout_s)
+        time.sleep(0.2)
+        start = time.time()
+        dist.destroy_process_group()
+        report["destroy_s"] = time.time() - start
+        save()
+        sys.exit(0)
 
 dist.destroy_process_group()

@@ -64,13 +64,17 @@ def hosts():
 
 
 def collect(out, world):
-    """The ranks' reports (of those that wrote one) and the tails of their logs."""
+    """The ranks' reports (of those that wrote one, with "rc", the exit status, where the
+    rank exited) and the tails of their logs."""
     reports, logs = {}, ""
     for r in range(world):
         path = os.path.join(out, f"rank{r}.json")
         if os.path.exists(path):
             with open(path) as f:
                 reports[r] = json.load(f)
+            if os.path.exists(os.path.join(out, f"rank{r}.rc")):
+                with open(os.path.join(out, f"rank{r}.rc")) as f:
+                    reports[r]["rc"] = int(f.read())
         with open(os.path.join(out, f"rank{r}.log"), errors="replace") as f:
             logs += f"--- rank {r}\n{f.read()[-3000:]}\n"
     return reports, logs
@@ -88,8 +92,8 @@ def launch(hosts, mode, victim=-1, limit=120, setup=None):
         for h, (ns, _addr) in enumerate(hosts):
             ranks = range(h * RANKS_PER_HOST, (h + 1) * RANKS_PER_HOST)
             starts = " & ".join(
-                f"RANK={r} LOCAL_RANK={r % RANKS_PER_HOST} {sys.executable} {RANK_SCRIPT} {out} {mode} {victim} "
-                f"{TIMEOUT_S} > {out}/rank{r}.log 2>&1" for r in ranks)
+                f"(RANK={r} LOCAL_RANK={r % RANKS_PER_HOST} {sys.executable} {RANK_SCRIPT} {out} {mode} {victim} "
+                f"{TIMEOUT_S} > {out}/rank{r}.log 2>&1; echo $? > {out}/rank{r}.rc)" for r in ranks)
             env = dict(os.environ, MASTER_ADDR=master_addr, MASTER_PORT=str(port), WORLD_SIZE=str(world),
                        LOCAL_WORLD_SIZE=str(RANKS_PER_HOST), TORCH_CPP_LOG_LEVEL="ERROR")
             procs.append(subprocess.Popen(
@@ -198,6 +202,38 @@ def test_monitored_barrier_across_hosts_waits_for_a_late_rank_and_names_only_the
     assert "connection to rank 3 closed" in rec["msg"], f"{rec}\n{logs}"
     print(f"[multihost] monitored_barrier: rank 0 after {rec['seconds']:.2f} s: {rec['msg']}")
     assert 0.35 * TIMEOUT_S <= rec["seconds"] < 0.9 * TIMEOUT_S, f"{rec}\n{logs}"
+
+
+def test_a_rank_that_destroys_a_group_but_keeps_another_fails_its_peer_on_the_other_host_fast(hosts):
+    """Rank 1 (host 0) destroys the group it shares with rank 3 (host 1) and keeps the
+    world group, so its endpoint to rank 3's process stays open: rank 3, in an all_reduce
+    on the group, must hear that group rank 0 left at once, not after the group's limit
+    of 4 T, and every rank's world all_reduce must work after it."""
+    reports, logs = launch(hosts, "leave", victim=1)
+    left_at = reports.get(1, {}).get("left_at")
+    rec = reports.get(3, {}).get("pending")
+    assert left_at and rec and not rec["ok"], f"{reports}\n{logs}"
+    assert rec["type"] == "DistBackendError", f"{rec}\n{logs}"
+    assert "connection to rank 0 closed" in rec["msg"], f"{rec}\n{logs}"
+    delay = rec["at"] - left_at
+    print(f"[multihost] leave: rank 3 raised {delay:.2f} s after rank 1 destroyed the group: {rec['msg'][:160]}")
+    assert delay < 2.0, f"rank 3 raised {delay:.2f} s after the destroy: {rec}\n{logs}"
+    for r in range(HOSTS * RANKS_PER_HOST):
+        after = reports.get(r, {}).get("after")
+        assert after and after["ok"], f"rank {r}: world all_reduce after the destroy: {after}\n{logs}"
+
+
+def test_destroying_the_last_group_returns_at_once_while_a_peer_on_the_other_host_is_stopped(hosts):
+    """Rank 3 (host 1) is SIGSTOPped by rank 2 while rank 0 destroys the world, its
+    process's last group: the teardown's bounded wait for rank 3's endpoint (2 s) is
+    not the caller's, and every rank still exits 0 through the interpreter's exit."""
+    reports, logs = launch(hosts, "stopped", victim=3)
+    took = reports.get(0, {}).get("destroy_s")
+    assert took is not None, f"{reports}\n{logs}"
+    print(f"[multihost] stopped peer: rank 0's destroy_process_group took {took:.3f} s")
+    assert took < 1.0, f"destroy_process_group took {took:.2f} s\n{logs}"
+    for r in range(HOSTS * RANKS_PER_HOST):
+        assert reports.get(r, {}).get("rc") == 0, f"rank {r}: {reports.get(r)}\n{logs}"
 
 
 # --- Fault matrix (issue 10): a peer on another host, or on this one, is SIGKILLed before

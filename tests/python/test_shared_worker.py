@@ -1,11 +1,14 @@
 """Groups that share each process's one UCX worker: interleaved collectives on
 several groups over the same processes, destroying one while the others go on,
-groups made and destroyed by the hundred without leaking, and a dead peer that
-fails every group it was in and no other."""
+groups made and destroyed by the hundred without leaking, a dead peer that
+fails every group it was in and no other, and a child forked while a thread
+makes groups."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -56,3 +59,17 @@ def test_groups_made_and_destroyed_by_the_hundred_leak_no_threads_or_fds():
             f"{final['threads']}, fds {base['fds']} -> {final['fds']}")
         assert final["threads"] == base["threads"], f"{base['thread_names']} -> {final['thread_names']}"
         assert final["fds"] == base["fds"], f"{base['fd_kinds']} -> {final['fd_kinds']}"
+
+
+def test_a_child_forked_while_a_thread_makes_groups_makes_its_own_world():
+    """fault_scripts/fork_churn.py: forks land while another thread is making the
+    process's UCX worker under ringx's locks; every child must make a world of its own
+    and all_reduce on it instead of waiting forever on a lock the fork copied held."""
+    forks, child_limit = 12, 30.0
+    script = os.path.join(os.path.dirname(__file__), "fault_scripts", "fork_churn.py")
+    proc = subprocess.run([sys.executable, script, str(forks), str(child_limit)], capture_output=True, text=True,
+                          timeout=LAUNCH_LIMIT + forks * child_limit)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    log(f"fork churn: {result}")
+    assert result["hung"] == 0 and not result["failed"], f"{result}\n{proc.stderr[-3000:]}"

@@ -45,6 +45,12 @@ std::vector<std::weak_ptr<CallbackPool::State>>& registry() {
   return *pools;
 }
 
+// A fork never copies the registry's lock held, nor the registry half
+// changed: a child that makes a group adds its pool to it.
+[[maybe_unused]] const int forkHandlers = ::pthread_atfork([] { registryMutex().lock(); },
+                                                           [] { registryMutex().unlock(); },
+                                                           [] { registryMutex().unlock(); });
+
 void runJob(std::function<void()>& job) {
   try {
     job();

@@ -112,10 +112,12 @@ std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, co
   ch->rank = rank;
   ch->bits = bits;
   ch->presence = std::make_shared<UcxChannel::Presence>();
-  PeerCard mine = worker->card(ch->presence->mine.name());
+  const std::shared_ptr<UcxChannel::Presence> presence = ch->presence;
+  PeerCard mine = worker->card(presence->mine.name());
   mine.channel = worker->proposeChannel(ch->bits);
   store.set(opts.keyPrefix + "/addr/" + std::to_string(rank), mine.encode());
   std::string failure;
+  std::unique_ptr<UcxView> view;
   try {
     const auto published = getFromEveryRank(store, opts.keyPrefix + "/addr", size);
     std::vector<PeerCard> cards;
@@ -135,17 +137,20 @@ std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, co
                       "its UCX worker, which ends with its last ringx group); make fewer groups");
     }
     ch->peers = worker->connect(cards);
+    worker->takeChannel(ch->base, ch->bits);
+    ch->left.assign(size_t(size), false);
+    ch->presenceIndex.resize(size_t(size));
+    for (int p = 0; p < size; ++p) ch->presenceIndex[size_t(p)] = p;
+    // Open before this rank says it is connected: a peer may destroy the
+    // group as soon as every rank has, and its leave notice must find the
+    // channel here.
+    view = std::make_unique<UcxView>(worker, std::move(ch));
   } catch (const Error& e) {
     failure = e.what();
   }
   waitUntilAllConnected(store, opts.keyPrefix, rank, size, failure);
-  ch->presence->mine.unlinkName();
+  presence->mine.unlinkName();
   if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
-  worker->takeChannel(ch->base, ch->bits);
-  ch->left.assign(size_t(size), false);
-  ch->presenceIndex.resize(size_t(size));
-  for (int p = 0; p < size; ++p) ch->presenceIndex[size_t(p)] = p;
-  auto view = std::make_unique<UcxView>(worker, std::move(ch));
   if (logLevel() >= LogLevel::Info) {
     RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string() << ": "
                             << worker->describeLinks(*view->channel()));

@@ -1,8 +1,9 @@
 // A group's transport: its ranks and tag channel on the process's shared UCX
 // worker (ucx_worker.h says how the worker is progressed for every group).
-// Destroying a view drops its channel and marks this rank gone from the group
-// for its peers on this host; the worker and its endpoints stay for the other
-// groups, and go with the last view.
+// Destroying a view drops its channel and tells the group's peers that this
+// rank left it (ucx_worker.h: by its presence mark on this host, by a notice
+// to other hosts); the worker and its endpoints stay for the other groups,
+// and end after the last view, on a thread of their own (ucx_worker.h).
 #pragma once
 
 #include <memory>

@@ -24,12 +24,29 @@
 // timeout or abort cancels only its own transfers (forgetPending). A peer
 // process that dies (its endpoint fails, or its pid is gone) fails the
 // receives of every view that waits on it, at the next progress of any of
-// them; a peer that left one group but lives on (its presence mark in that
-// group, presence.h) fails that group's receives only.
+// them; a peer that left one group but lives on fails that group's receives
+// only.
+//
+// Leaving. A rank that destroys a group while its process keeps others
+// leaves its endpoints open, so nothing closes for its peers. Those on this
+// host see its presence mark in the group go (presence.h); those on other
+// hosts get a leave notice, a small active message naming the group's block
+// and the rank, sent when the group's channel closes. The notice is never
+// waited for beyond a moment: a peer that does not take it still learns at
+// the group's timeout, or when the process's endpoints close.
+//
+// Ending. With the last group's view, the worker flushes and closes its
+// endpoints, waiting a bounded time on live peers that do not answer; that
+// runs on a thread of its own, which the caller destroying the last group
+// waits for only briefly, and the process's exit waits for to the end.
 //
 // Fork: a worker belongs to the process that created it. A forked child never
 // gets the parent's worker from claim(), and never touches the copy it
-// inherited (its lock may be held by a thread that is not in the child).
+// inherited. A fork waits for a worker being made or ended, and for any call
+// into a worker under way (each is short, and a teardown bounded), so the
+// child starts with UCX's process-wide state whole and ringx's locks free,
+// and can make workers of its own: without UCX's registration cache, whose
+// memory hooks' lock a fork may copy held (ucx_worker.cc).
 #pragma once
 
 #include <cstdint>
@@ -142,7 +159,8 @@ class UcxWorker {
   bool hasChannelFor(int bits);
 
   // A group's channel joins the worker (eventfds made) or leaves it: its
-  // transfers are forgotten, its queue dropped.
+  // transfers are forgotten, its queue dropped, and its peers on other hosts
+  // told that this rank left.
   void open(UcxChannel& ch);
   void close(UcxChannel& ch);
 
@@ -187,7 +205,12 @@ class UcxWorker {
   void abandon(UcxPending* p);
   void wakeOthers(const UcxChannel& ch);
   uint64_t wireTag(const UcxChannel& ch, uint64_t tag, int rank) const;
+  void tellLeaving(const UcxChannel& ch);
+  void heardLeaving(uint64_t uid, uint32_t base, int rank);
   void teardown();
+  static void endLater(UcxWorker* worker);
+  static void beforeFork();
+  static void afterFork(bool child);
 
   friend struct UcxCallbacks;  // UCX's callbacks (ucx_callbacks.h, with UCX's types)
 
@@ -208,6 +231,7 @@ class UcxWorker {
   std::unordered_map<TransferId, UcxPending*> pending_;
   std::vector<Failure> newlyFailed_;
   TransferId nextId_ = 1;
+  int noticesInFlight_ = 0;
 };
 
 }  // namespace ringx

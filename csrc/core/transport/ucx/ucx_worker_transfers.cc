@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "core/common/process_state.h"
 #include "core/transport/ucx/ucx_callbacks.h"
 #include "core/transport/ucx/ucx_worker.h"
 
