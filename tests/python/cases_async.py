@@ -106,10 +106,11 @@ def backend_info():
 def async_progress_after_sync(rounds, count):
     """A synchronous all_reduce (the caller drives it while one rank arrives late),
     then an async one the caller does not wait on while it computes: the async op
-    must progress on its own. Returns the ms each async op took to show completed."""
+    must progress on its own. Returns the ms each async op took to show completed,
+    and the ms the same all_reduce took where the caller drove it (waited at once)."""
     rank = dist.get_rank()
     small = torch.ones(2)
-    took = []
+    took, driven = [], []
     for _ in range(rounds):
         big = torch.full((count,), float(rank + 1))
         if rank == 1:
@@ -121,4 +122,9 @@ def async_progress_after_sync(rounds, count):
             time.sleep(0.0005)
         took.append((time.perf_counter() - start) * 1e3)
         work.wait()
-    return {"took_ms": took, "big": big}
+        again = torch.full((count,), float(rank + 1))
+        dist.all_reduce(small)
+        start = time.perf_counter()
+        dist.all_reduce(again)
+        driven.append((time.perf_counter() - start) * 1e3)
+    return {"took_ms": took, "driven_ms": driven, "big": big}

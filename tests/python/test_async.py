@@ -104,20 +104,23 @@ def test_get_backend(worlds, backend, ws):
 def test_async_op_progresses_without_wait_after_a_synchronous_call(worlds, ws):
     # The progress thread stands aside while a caller drives a synchronous
     # call; an async op issued next must reach it at once, not when its park
-    # times out (up to 100 ms: the median was then tens of ms). Two cores
-    # busy with other work (a build beside the suite) also put the median
-    # above 10 ms, now and then: a second try tells that from the park,
-    # which delays every try.
+    # times out (up to 100 ms: the median was then tens of ms). The bound is
+    # 10 ms or 3x the same all_reduce driven by its caller, whichever is more:
+    # on two cores busy with other work (other suites, builds) the driven one
+    # alone took 10-15 ms. A second try tells a passing burst of load from
+    # the park, which delays every try.
     rounds, count = 20, 1 << 18
+    median = lambda ms: sorted(ms)[len(ms) // 2]  # noqa: E731
     for attempt in range(2):
         results = worlds.run(ws, cases_async.async_progress_after_sync, rounds=rounds, count=count)
         slow, wrong = [], []
         for r, res in enumerate(results):
-            took = sorted(res["took_ms"])
-            if took[len(took) // 2] > 10.0:
+            bound = max(10.0, 3 * median(res["driven_ms"]))
+            if median(res["took_ms"]) > bound:
                 slow.append(f"try {attempt + 1}, rank {r}: an unwaited async all_reduce took "
-                            f"{took[len(took) // 2]:.1f} ms (median of {rounds}) to complete; all: "
-                            f"{[round(t, 1) for t in res['took_ms']]}")
+                            f"{median(res['took_ms']):.1f} ms (median of {rounds}) to complete, over "
+                            f"{bound:.1f} ms; all: {[round(t, 1) for t in res['took_ms']]}; driven by "
+                            f"the caller: {[round(t, 1) for t in res['driven_ms']]}")
             want = torch.full((count,), float(ws * (ws + 1) // 2))
             msg = refs.compare(res["big"], want, None, f"rank {r}: async all_reduce result", "float32")
             if msg:
