@@ -207,7 +207,7 @@ cpp-test: sysdeps venv build
 # rank process started costs torch's import, about 3 cpu-s). The fault suites'
 # ranks are forked from the harness's forkserver, which has imported torch:
 # test_faults, test_faults_shrink, test_shared_worker and test_cma took 161
-# cpu-s instead of 616 (2026-11-29).
+# cpu-s instead of 616 (2026-11-29; per test, tools/pytest_cpuprof.py).
 PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
