@@ -398,17 +398,22 @@ std::string UcxWorker::describeLinks(const UcxChannel& ch) const {
 // on this worker (one created, one shrunk) never end on the same block.
 uint32_t UcxWorker::proposeChannel(int bits) {
   std::lock_guard<std::mutex> lock(mu_);
-  const uint32_t block = 1u << bits;
-  const uint32_t base = (nextBase_ + block - 1) / block * block;
-  if (base + block > kSourceValues) return kNoChannel;
-  nextBase_ = base + block;
+  const uint32_t base = nextFreeBase(bits);
+  if (base != kNoChannel) nextBase_ = base + (1u << bits);
   return base;
 }
 
 bool UcxWorker::hasChannelFor(int bits) {
   std::lock_guard<std::mutex> lock(mu_);
+  return nextFreeBase(bits) != kNoChannel;
+}
+
+// With mu_ held: the next block of 2^bits values aligned to its size, or
+// kNoChannel where none is left.
+uint32_t UcxWorker::nextFreeBase(int bits) const {
   const uint32_t block = 1u << bits;
-  return (nextBase_ + block - 1) / block * block + block <= kSourceValues;
+  const uint32_t base = (nextBase_ + block - 1) / block * block;
+  return base + block > kSourceValues ? kNoChannel : base;
 }
 
 void UcxWorker::takeChannel(uint32_t base, int bits) {

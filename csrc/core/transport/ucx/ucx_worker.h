@@ -205,6 +205,7 @@ class UcxWorker {
   void abandon(UcxPending* p);
   void wakeOthers(const UcxChannel& ch);
   uint64_t wireTag(const UcxChannel& ch, uint64_t tag, int rank) const;
+  uint32_t nextFreeBase(int bits) const;
   void tellLeaving(const UcxChannel& ch);
   void heardLeaving(uint64_t uid, uint32_t base, int rank);
   void teardown();
