@@ -127,11 +127,9 @@ def _set_pdeathsig():
         pass
 
 
-def _worker_main(rank, world_size, env, conn, log_path):
-    """Entry point of one worker process (runs in a child of the forkserver)."""
-    _set_pdeathsig()
-    if os.getppid() == 1:  # parent already gone
-        os._exit(1)
+def take_over_process(env, log_path):
+    """In a child of the forkserver: stdout and stderr to log_path, line by line, and
+    env in place of the forkserver's environment."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -143,6 +141,14 @@ def _worker_main(rank, world_size, env, conn, log_path):
             pass
     os.environ.clear()
     os.environ.update(env)
+
+
+def _worker_main(rank, world_size, env, conn, log_path):
+    """Entry point of one worker process (runs in a child of the forkserver)."""
+    _set_pdeathsig()
+    if os.getppid() == 1:  # parent already gone
+        os._exit(1)
+    take_over_process(env, log_path)
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)

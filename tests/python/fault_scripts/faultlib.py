@@ -350,18 +350,13 @@ def _forked_rank(path, args, env, log_path):
     import atexit
     import runpy
 
+    import harness
+
     os.setsid()
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    harness.take_over_process(env, log_path)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True, write_through=True)
-    os.environ.clear()
-    os.environ.update(env)
     sys.argv = [path, *args]
     extra = [os.path.dirname(path), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     sys.path[:0] = [d for d in extra if d not in sys.path]
