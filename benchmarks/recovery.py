@@ -35,8 +35,9 @@ aborts the group and reports through errored() instead: gloo's own recovery time
 saw it (tools/torchft_replicas.py's recovery_phases): the kill to its collective
 failing (error, when it had one) and to the quorum without the victim (quorum), the
 process group's configure() (of which create_pg, the new group, and configure_rest: the
-old group's abort and the store's client), the new group's first allreduce, from it to the step committed (to_commit: 50 ms
-of stand-in compute, then the commit), from the quorum to that step (from_quorum: the
+old group's abort and the store's client), the new group's first allreduce, from it to
+the step committed (to_commit: 50 ms of stand-in compute, then the commit), from the
+quorum to that step (from_quorum: the
 process group's share; the quorum itself waits on the lighthouse's join timeout and
 ticks, 0.5-0.6 s whatever the group), and the kill to that step (recovery).
 """

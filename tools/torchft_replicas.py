@@ -184,7 +184,7 @@ def replica_main(argv=None):
 @dataclass
 class Run:
     recovery_s: float  # from the kill to the survivors' first committed step after it
-    step_s: float  # the survivors' median time per committed step before the kill
+    step_s: float  # median time per committed step before the kill (the replica with the most)
     steps_after_kill: list  # (step, time, participants) of replica 0 without replica 2
     rejoined: list  # (step, time, participants) of the replacement
     phases: dict = None  # RINGX_RECOVERY_PHASES=1: recovery_phases() of the survivor that recovered first
@@ -201,8 +201,7 @@ def recovery_phases(out, replica, killed, kill_at):
     victim had not joined the next quorum); quorum: from the kill to the quorum
     that drops the victim; configure: the process group's reconfiguration, of
     which create_pg (the new group) and configure_rest (the rest: the old
-    group's abort, the store's client); allreduce: the
-    new group's first; to_commit: from it to the step committed (0.05 s of it
+    group's abort, the store's client); allreduce: the new group's first; to_commit: from it to the step committed (0.05 s of it
     is the step's stand-in for compute); from_quorum: from the quorum to that
     step (the process group's share: the quorum waits on the lighthouse, whose
     ticks make it vary by up to 0.1 s from run to run); recovery: from the kill
@@ -305,8 +304,8 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
 
         _wait(lambda: all(len(after(r)) >= 2 for r in (0, 1)), 60, "two survivor steps without replica 2", out,
               alive=[procs[0], procs[1]])
-        recovery = min(after(r)[0][1] for r in (0, 1)) - killed
         first_back = min((0, 1), key=lambda r: after(r)[0][1])
+        recovery = after(first_back)[0][1] - killed
         phases = (recovery_phases(out, first_back, killed, kill_at)
                   if os.environ.get("RINGX_RECOVERY_PHASES") == "1" else None)
         # A replica that started late joins by healing and may have committed
