@@ -106,6 +106,12 @@ def _record_phases(manager, pg, record):
     manager._client = _TimedClient(manager._client, record)
 
 
+def _wait_for_file(path, limit):
+    end = time.monotonic() + limit
+    while path and not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def replica_main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--replica-id", type=int, required=True)
@@ -119,8 +125,12 @@ def replica_main(argv=None):
                    help="before this step, wait (at most 60 s) until --hold-file exists: the launcher lets a "
                         "replacement start up before the others train on without it")
     p.add_argument("--hold-file", default="")
+    p.add_argument("--start-file", default="",
+                   help="wait (at most 120 s) until this file exists before the first step: the launcher starts "
+                        "the replicas together once all have imported torch, so that none joins late by healing")
     p.add_argument("--die-at", type=int, default=-1,
-                   help="SIGKILL this replica right after it committed this step (the launcher's victim)")
+                   help="SIGKILL this replica right after it committed this step or, if it healed past it, the "
+                        "first step it commits after (the launcher's victim)")
     a = p.parse_args(argv)
 
     import torch
@@ -155,11 +165,10 @@ def replica_main(argv=None):
         _record_phases(manager, manager._pg, lambda name, start, end: progress.write(
             f"phase {name} {start} {end}\n"))
     progress.write(f"ready {time.time()}\n")
+    _wait_for_file(a.start_file, 120)
     while manager.current_step() < a.steps:
         if manager.current_step() == a.hold_at:
-            end = time.monotonic() + 60
-            while not os.path.exists(a.hold_file) and time.monotonic() < end:
-                time.sleep(0.05)
+            _wait_for_file(a.hold_file, 60)
         g = torch.Generator().manual_seed(1000 * a.replica_id + manager.current_step())
         x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
         opt.zero_grad()
@@ -170,8 +179,8 @@ def replica_main(argv=None):
         if manager.current_step() > before:
             progress.write(f"step {manager.current_step()} {time.time()} "
                            f"participants {manager.num_participants()}\n")
-            if manager.current_step() == a.die_at:
-                progress.write(f"dying {time.time()}\n")
+            if 0 <= a.die_at <= manager.current_step():
+                progress.write(f"dying {time.time()} {manager.current_step()}\n")
                 os.kill(os.getpid(), signal.SIGKILL)
     torch.save(state_dict(), os.path.join(a.out, f"replica{a.replica_id}.pt"))
     progress.write(f"done {time.time()}\n")
@@ -244,7 +253,7 @@ def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1):
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
                              "--lighthouse", lighthouse, "--steps", str(n_steps), "--out", out, "--backend", backend,
                              "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go"),
-                             "--die-at", str(die_at)],
+                             "--start-file", os.path.join(out, "start"), "--die-at", str(die_at)],
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             start_new_session=True)
 
@@ -273,10 +282,11 @@ def _fail(what, out):
 
 
 def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
-    """Three replicas; replica 2 SIGKILLs itself once it committed `kill_at`; the
-    survivors must commit two steps without it (2 participants). Recovery is timed
-    from the kill to the first of those, the step time over the first `kill_at`
-    steps. The survivors then wait,
+    """Three replicas, started together once all are up; replica 2 SIGKILLs itself
+    once it committed `kill_at` (or the first step after it, had it sat out a quorum
+    and healed past it); the survivors must commit two steps without it (2
+    participants). Recovery is timed from the kill to the first of those, the step
+    time over the steps up to the kill. The survivors then wait,
     at step kill_at + 4 or so, for a replacement to start up (torch's import takes
     seconds, a step a fraction of one); it heals from them and all three train to
     `n_steps`. Raises AssertionError, with the replicas' logs, when any of that fails."""
@@ -288,12 +298,18 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
         hold_at = kill_at + 4
         for r in range(3):
             procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at, kill_at if r == 2 else -1)
+        _wait(lambda: all(any(p[0] == "ready" for p in progress(out, r)) for r in range(3)), 120,
+              "the three replicas to start up", out, alive=list(procs.values()))
+        open(os.path.join(out, "start"), "w").close()
         _wait(lambda: procs[2].poll() is not None, 120, f"replica 2 to die after step {kill_at}", out,
               alive=[procs[0], procs[1]])
-        dying = [float(p[1]) for p in progress(out, 2) if p[0] == "dying"]
+        dying = [(float(p[1]), int(p[2])) for p in progress(out, 2) if p[0] == "dying"]
         if procs[2].returncode != -signal.SIGKILL or not dying:
             _fail(f"replica 2 exited with {procs[2].returncode} before it got to die after step {kill_at}", out)
-        killed = dying[0]
+        killed, kill_at = dying[0]
+        if kill_at > hold_at - 2:
+            _fail(f"replica 2 first committed step {kill_at}, too late for two survivor steps before the "
+                  f"hold at step {hold_at}", out)
 
         # Steps the survivors committed without replica 2 (a step it had already
         # joined when the kill landed may still commit after it, with three; and
