@@ -148,6 +148,11 @@ class Testbed:
         torchrun = torchrun or os.path.join(os.path.dirname(sys.executable), "torchrun")
         out = tempfile.mkdtemp(prefix="ringx-testbed-")
         env = dict(os.environ, **(env or {}))
+        # The hosts share this machine's cores. torchrun sets OMP_NUM_THREADS=1 only
+        # where it starts several ranks: a host of one rank, or a container of one,
+        # got OpenMP threads that spun on the cores the others needed (libgomp was 27%
+        # of the machine's samples, the containers layout 2.6x slower than "hosts").
+        env.setdefault("OMP_NUM_THREADS", "1")
         procs = []
         try:
             world = sum(per_host)

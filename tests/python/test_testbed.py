@@ -57,7 +57,7 @@ def test_four_hosts_of_two_ranks_run_the_hierarchical_all_reduce_broadcast_and_a
     right. Kept short (--quick: three sizes of all_reduce, all_gather, broadcast)."""
     with testbed.Testbed(4) as tb:
         codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), ["--quick"],
-                                  env={"RINGX_DEBUG": "INFO", "OMP_NUM_THREADS": "1"}, timeout=120)
+                                  env={"RINGX_DEBUG": "INFO"}, timeout=120)
     text = "\n".join(logs)
     assert codes == [0] * 4, text[-6000:]
     for r in range(8):
@@ -97,10 +97,12 @@ def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compu
 def test_ranks_of_one_host_share_memory_with_single_copy_only_where_they_see_each_others_processes(layout, path):
     """One host of two ranks: in one pid namespace they read each other's memory (CMA);
     each in a pid namespace of its own, they still share /dev/shm but not their
-    processes, so the group takes the two-copy slots."""
+    processes, so the group takes the two-copy slots. --quick: the path is what is
+    checked here; the whole battery runs on the two-copy path in the tests above, and
+    test_cma.py's suites on the single copy."""
     with testbed.Testbed(1) as tb:
-        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), env={"RINGX_DEBUG": "INFO"},
-                                  timeout=300, layout=layout)
+        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), ["--quick"],
+                                  env={"RINGX_DEBUG": "INFO"}, timeout=300, layout=layout)
     text = "\n".join(logs)
     assert codes == [0], text[-6000:]
     for r in range(2):
