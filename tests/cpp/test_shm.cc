@@ -14,6 +14,7 @@
 #include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
+#include "sweep.h"
 #include "test_support.h"
 
 using namespace ringx;
@@ -49,7 +50,7 @@ struct ShmWorld {
 
 TEST_CASE("shm all_reduce matches the closed form across chunks, ops and repeated calls") {
   auto size = GENERATE(2, 3, 4);
-  auto count = GENERATE(size_t{1}, size_t{7}, size_t{1000}, size_t{20011}, size_t{3 * 65536 + 4099});
+  auto count = GENERATE(sweep<size_t>({1, 7, 1000, 20011, 3 * 65536 + 4099}, {1, 1000, 3 * 65536 + 4099}));
   // With 256 KiB slots a rank's portion of a chunk spans several of the 16 KiB
   // blocks its reduce writes to its output and then to its slot, and the last
   // chunk ends part way through a block.
@@ -425,7 +426,7 @@ TEST_CASE("shm scatter gives every rank its block of the root's input, for every
 
 TEST_CASE("shm reduce leaves the result on the root and the other ranks' buffers as they were") {
   auto size = GENERATE(2, 3, 4);
-  auto count = GENERATE(size_t{1}, size_t{1000}, size_t{20011}, size_t{3 * 65536 + 4099});
+  auto count = GENERATE(sweep<size_t>({1, 1000, 20011, 3 * 65536 + 4099}, {1, 3 * 65536 + 4099}));
   // With 256 KiB slots the root's portion of a chunk spans several of the
   // blocks its reduce writes straight into its buffer.
   auto slotBytes = GENERATE(size_t{4096}, size_t{256 * 1024});
