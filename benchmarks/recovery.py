@@ -105,6 +105,9 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default=None, help="output JSON (default bench-results/recovery-<time>.json)")
     p.add_argument("--phases", action="store_true", help="torchft modes: time each phase of a recovery")
+    p.add_argument("--hidden", type=int, default=32,
+                   help="torchft modes: the model's hidden width (gradients of about 84 bytes a unit)")
+    p.add_argument("--step-sleep", type=float, default=0.05, help="torchft modes: seconds of stand-in compute a step")
     a = p.parse_args(argv)
     if a.phases:
         os.environ["RINGX_RECOVERY_PHASES"] = "1"  # the replicas inherit it
@@ -123,7 +126,7 @@ def main(argv=None):
                     elif b == "restart":
                         r = run_restart(out)
                     else:
-                        r = torchft_replicas.run_kill_and_heal(out, b)
+                        r = torchft_replicas.run_kill_and_heal(out, b, hidden=a.hidden, step_sleep=a.step_sleep)
                     runs[b].append({"ok": True, "recovery_s": r.recovery_s, "step_s": r.step_s})
                     if r.phases:
                         runs[b][-1]["phases_s"] = r.phases

@@ -121,6 +121,8 @@ def replica_main(argv=None):
     p.add_argument("--backend", default="ringx", choices=BACKENDS)
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--step-sleep", type=float, default=0.05, help="seconds of 'compute' per step")
+    p.add_argument("--hidden", type=int, default=32,
+                   help="the model's hidden width: its gradients are about 84 bytes a unit")
     p.add_argument("--hold-at", type=int, default=-1,
                    help="before this step, wait (at most 60 s) until --hold-file exists: the launcher lets a "
                         "replacement start up before the others train on without it")
@@ -141,7 +143,7 @@ def replica_main(argv=None):
     from torchft.optim import OptimizerWrapper
 
     torch.manual_seed(42)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    model = nn.Sequential(nn.Linear(16, a.hidden), nn.ReLU(), nn.Linear(a.hidden, 4))
     inner = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def state_dict():
@@ -248,10 +250,11 @@ def steps(out, replica):
     return [(int(p[1]), float(p[2]), int(p[4])) for p in progress(out, replica) if p[0] == "step"]
 
 
-def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1):
+def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1, model=()):
     log = open(os.path.join(out, f"replica{replica}.log"), "a")
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
                              "--lighthouse", lighthouse, "--steps", str(n_steps), "--out", out, "--backend", backend,
+                             *model,
                              "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go"),
                              "--start-file", os.path.join(out, "start"), "--die-at", str(die_at)],
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -281,7 +284,7 @@ def _fail(what, out):
     raise AssertionError(f"{what}\n{logs}")
 
 
-def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
+def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4, hidden=32, step_sleep=0.05):
     """Three replicas, started together once all are up; replica 2 SIGKILLs itself
     once it committed `kill_at` (or the first step after it, had it sat out a quorum
     and healed past it); the survivors must commit two steps without it (2
@@ -289,15 +292,19 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
     time over the steps up to the kill. The survivors then wait,
     at step kill_at + 4 or so, for a replacement to start up (torch's import takes
     seconds, a step a fraction of one); it heals from them and all three train to
-    `n_steps`. Raises AssertionError, with the replicas' logs, when any of that fails."""
+    `n_steps`. `hidden` and `step_sleep` set the model's width and the seconds of
+    stand-in compute per step. Raises AssertionError, with the replicas' logs, when
+    any of that fails."""
     from torchft._torchft import LighthouseServer
 
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=500, heartbeat_timeout_ms=1000)
     procs = {}
+    model = ("--hidden", str(hidden), "--step-sleep", str(step_sleep))
     try:
         hold_at = kill_at + 4
         for r in range(3):
-            procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at, kill_at if r == 2 else -1)
+            procs[r] = _start(r, lighthouse.address(), out, n_steps, backend, hold_at, kill_at if r == 2 else -1,
+                              model)
         _wait(lambda: all(any(p[0] == "ready" for p in progress(out, r)) for r in range(3)), 120,
               "the three replicas to start up", out, alive=list(procs.values()))
         open(os.path.join(out, "start"), "w").close()
@@ -332,7 +339,7 @@ def run_kill_and_heal(out, backend="ringx", n_steps=14, kill_at=4):
         step_s = statistics.median(b - a for a, b in zip(before, before[1:]))
         ready_before = sum(p[0] == "ready" for p in progress(out, 2))
         first_life = len(steps(out, 2))
-        procs[2] = _start(2, lighthouse.address(), out, n_steps, backend)
+        procs[2] = _start(2, lighthouse.address(), out, n_steps, backend, model=model)
         _wait(lambda: sum(p[0] == "ready" for p in progress(out, 2)) > ready_before, 60,
               "the replacement to start up", out)
         open(os.path.join(out, "go"), "w").close()
