@@ -13,6 +13,7 @@ g(r, k, t) = (r*n + k + t) % 11 + 1, root = --root (or t % n when it rotates).
     all_to_allv     as all_to_all, but row k of rank r has s(r,k) elements (uneven)
     gather          rank r sends c(r,t) + P;                 root expects segment k = c(k,t) + P
     scatter         root's row k is g(root,k,t) + P;         rank r expects g(root,r,t) + P
+    barrier         no data (empty buffers, no fill);       nothing to check
 
 A check subtracts the expected per-segment constant in place and compares with a
 per-size base (n*P or P), so a stale buffer, a wrong sum and a misplaced segment all
@@ -107,6 +108,8 @@ class Case:
 
     def fill(self, i, t):
         n, r, inp, coll = self.n, self.rank, self.ins[i], self.coll
+        if coll == "barrier":
+            return
         if coll in ("all_reduce", "all_gather_into_tensor", "gather"):
             torch.add(self.P, self.c(r, t), out=inp)
         elif coll == "broadcast":
@@ -148,6 +151,8 @@ class Case:
 
     def check(self, i, t):
         """Number of wrong elements in buffer i's result for iteration t (0 = right)."""
+        if self.coll == "barrier":
+            return 0  # no result: returning at all is its only effect
         if self.coll == "gather" and self.rank != self.root(t):
             return 0  # only the root receives
         out = self.result(i)
@@ -182,6 +187,8 @@ class Case:
             dist.all_to_all_single(self.outs[i], inp, group=group)
         elif c == "all_to_allv":
             dist.all_to_all_single(self.outs[i], inp, self.out_splits, self.in_splits, group=group)
+        elif c == "barrier":
+            dist.barrier(group=group)
         elif c == "gather":
             root = self.root(t)
             dist.gather(inp, self.rows[i] if self.rank == root else None, group=group, group_dst=root)

@@ -9,6 +9,7 @@ to MPI by address), fills, checks, patterns and statistics. Only the call differ
     all_gather      MPI_Allgather                    all_to_all      MPI_Alltoall
     all_to_allv     MPI_Alltoallv (the same splits)  broadcast       MPI_Bcast
     gather          MPI_Gather                       scatter         MPI_Scatter
+    barrier         MPI_Barrier
 
 Data moves as MPI_BYTE; the reductions use the dtype's MPI type (float16 and bfloat16
 have none in the MPI standard: reported as unsupported).
@@ -81,6 +82,9 @@ class MpiVariant:
         self._case, self._bufs = case, bufs
 
     def call(self, case, i, t):
+        if case.coll == "barrier":  # no buffers to hand over
+            self.comm.Barrier()
+            return
         if self._case is not case:
             self._prepare(case)
         b, c, comm = self._bufs[i], case.coll, self.comm

@@ -7,12 +7,13 @@ Columns (nccl-tests conventions)
 size      bytes of the largest buffer of the call: the buffer (all_reduce, broadcast),
           the gathered output (all_gather, gather), the input (reduce_scatter, the
           scatter root's), either buffer (all_to_all; all_to_allv: n times the mean
-          split). count = size / element size.
+          split); 0 for barrier, which moves no data (one row). count = size / element
+          size.
 pattern   what the caller does between calls: b2b (back to back), gap (computes for
           --gap-us), inter (an 8-byte all_reduce on a second gloo group).
 time(us)  median (p50) over iterations of the per-iteration time of the SLOWEST rank
           (per iteration, MAX across ranks); p90 of that same series.
-algbw     size / time, GB/s (1e9 bytes).
+algbw     size / time, GB/s (1e9 bytes); "-" for barrier, as busbw.
 busbw     algbw * factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all(v),
           gather, scatter (n-1)/n; broadcast, reduce 1. It is the rate each rank's link
           would need, comparable across world sizes and with the hardware's bandwidth.
@@ -32,12 +33,15 @@ from __future__ import annotations
 import math
 
 GLOO_LABELS = {"torchrun": "gloo", "tcp": "gloo-tcp"}
+# Append new collectives: the issue-4 rows in targets() take the first five by position.
 COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
-         "all_to_all_single", "all_to_allv", "gather", "scatter"]
+         "all_to_all_single", "all_to_allv", "gather", "scatter", "barrier"]
 SHORT = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
          "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast",
          "all_to_all_single": "all_to_all", "all_to_allv": "all_to_allv", "gather": "gather",
-         "scatter": "scatter"}
+         "scatter": "scatter", "barrier": "barrier"}
+# No payload: measured once, at size 0, with no bandwidth and nothing to check.
+SIZELESS = {"barrier"}
 PATTERN_SHORT = {"back-to-back": "b2b", "compute-gap": "gap", "interleaved": "inter"}
 MPI_LABELS = ("mpi", "mpich")
 CELL = 52  # width of one backend's group of columns
@@ -133,8 +137,9 @@ def table_row(coll, n, size, count, dtype, labels, row, bound, pattern="back-to-
         r = row.get(lb, {"status": "-"})
         if r.get("status") == "ok":
             cpu = _fmt_t(r["cpu_us"]) if "cpu_us" in r else "-"
+            alg, bus = (f"{r[k]:7.3f}" if k in r else f"{'-':>7}" for k in ("algbw_GBps", "busbw_GBps"))
             s += (f" {_fmt_t(r['time_us']):>8} {_fmt_t(r['p90_us']):>8} {cpu:>8}"
-                  f" {r['algbw_GBps']:7.3f} {r['busbw_GBps']:7.3f} {r['wrong']:>6} |")
+                  f" {alg} {bus} {r['wrong']:>6} |")
         else:
             s += f" {r.get('status', '-')[:CELL - 2]:^{CELL - 2}} |"
     rx = row.get("ringx", {})
@@ -360,7 +365,9 @@ def plot(records, meta, path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install matplotlib)"
-    colls = [c for c in meta["colls"] if any(r.get("coll") == c and r.get("kind") == "point" for r in records)]
+    # A sizeless collective has no point on a log size axis and no busbw.
+    colls = [c for c in meta["colls"] if c not in SIZELESS
+             and any(r.get("coll") == c and r.get("kind") == "point" for r in records)]
     if not colls:
         return "nothing to plot"
     backends = ["ringx"] + list(meta.get("gloo_labels", [])) + list(meta.get("mpi_labels", []))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from _collectives_report import MPI_LABELS, SHORT, bus_factor
+from _collectives_report import MPI_LABELS, SHORT, SIZELESS, bus_factor
 
 # ringx on a world of 1 (torch's call path + ringx's submit/complete), issue 12; a run
 # that includes world 1 measures it instead.
@@ -269,20 +269,21 @@ def issue16(records, meta) -> list[tuple]:
 
 
 def issue44(records, meta) -> list[tuple]:
-    """Many ranks on few cores, back to back, 8 B-4 KiB, per world and collective: ringx's
-    worst time over the better MPI's (<= 1.5x) and its worst CPU per call over that MPI's
-    (<= 2x), each over the sizes both measured."""
+    """Many ranks on few cores, back to back, 8 B-4 KiB and barrier, per world and collective:
+    ringx's worst time over the better MPI's (<= 1.5x) and its worst CPU per call over that
+    MPI's (<= 2x), each over the sizes both measured."""
     pts = Points(records)
     b2b = "back-to-back"
     mpis = pts.mpis()
     rows = []
     for n in sorted({k[1] for k in pts.time}):
-        for c in REDUCTIONS + DATA_MOVEMENT:
+        for c in REDUCTIONS + DATA_MOVEMENT + sorted(SIZELESS):
             sizes = [s for (_, _, s) in pts.keys(b2b, n, c) if s <= SMALL]
             if not sizes:
                 continue
+            case = f"{SHORT[c]} w{n}" + ("" if c in SIZELESS else " <= 4 KiB")
             if not mpis:
-                rows.append((f"{SHORT[c]} w{n} <= 4 KiB", "no MPI measurement", "time <= 1.5x, CPU <= 2x", "n/a"))
+                rows.append((case, "no MPI measurement", "time <= 1.5x, CPU <= 2x", "n/a"))
                 continue
             for field, lim, what in (("time", 1.5, "time"), ("cpu", 2.0, "CPU per call")):
                 table = pts.time if field == "time" else pts.cpu
@@ -299,7 +300,7 @@ def issue44(records, meta) -> list[tuple]:
                 if not w:
                     continue
                 bad = sum(1 for r, _ in items if r > lim)
-                rows.append((f"{SHORT[c]} w{n} <= 4 KiB {what}",
+                rows.append((f"{case} {what}",
                              f"worst {w[0]:.2f}x ({w[1]}); {bad} of {len(items)} sizes over",
                              f"<= {lim}x the better MPI", _verdict(w[0] <= lim)))
     return rows

@@ -465,11 +465,12 @@ def main(args):
             say(line)
         for v in variants:
             v.broken = None
-        for size in args.sizes:
+        sizeless = coll in report.SIZELESS
+        for size in [0] if sizeless else args.sizes:
             count = size // el
             if coll in SEGMENTED:
                 count = count // n * n
-            if count == 0:
+            if count == 0 and not sizeless:
                 continue
             nbytes = count * el
             per_rank = {"all_to_all_single": 2 * nbytes, "all_to_allv": 3 * nbytes,
@@ -518,7 +519,7 @@ def main(args):
                     if not _agree_ok(err is None):
                         rec = {"status": rec["status"] if err else "error: failed on another rank"}
                         v.broken = rec["status"]
-                    if rec["status"] == "ok":
+                    if rec["status"] == "ok" and not sizeless:
                         algbw = nbytes / rec["time_us"] / 1e3  # GB/s
                         rec["algbw_GBps"] = algbw
                         rec["busbw_GBps"] = algbw * report.bus_factor(coll, n)
@@ -526,7 +527,7 @@ def main(args):
                     row[v.label] = rec
                     emit({**base, **rec})
             single = None
-            if not (args.no_bound or args._mpi) and nbytes >= args.cma_min_bytes:
+            if not (args.no_bound or args._mpi or sizeless) and nbytes >= args.cma_min_bytes:
                 add = bound["add_concurrent_Bps"] if bound else 0.0
                 single = cma.measure(case, nbuf, args.cma_budget, args.min_iters, args.max_iters, add)
                 single.update({"kind": "cma", "world": n, "coll": coll, "size": nbytes,

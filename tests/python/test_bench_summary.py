@@ -202,3 +202,43 @@ def test_cpu_per_call_counts_the_backends_threads_and_not_the_callers_gap(tmp_pa
     # 2 ms of the other thread's CPU per call; the gap's 3 ms in the calling thread left out
     assert 2000 <= float(b2b) < 2900
     assert 2000 <= float(gap) < 2900
+
+
+def test_barrier_is_one_sizeless_row_with_issue44_rows_of_its_own():
+    def p(backend, t, cpu):
+        return {**pt(backend, "barrier", 0, t, world=4), "cpu_us": cpu}
+
+    rec = {"status": "ok", "time_us": 12.0, "p90_us": 15.0, "cpu_us": 40.0, "wrong": 0}  # no algbw, busbw
+    line = report.table_row("barrier", 4, 0, 0, "float32", ["ringx"], {"ringx": rec}, None)
+    assert "  none " in line and " 12.0     15.0     40.0       -       -      0 |" in line
+    v = verdicts(targets.issue44([p("ringx", 12.0, 40.0), p("mpi", 10.0, 10.0)], META))
+    assert v == {"barrier w4 time": "met", "barrier w4 CPU per call": "MISSED"}  # 1.2x; 4x
+
+
+BARRIER_SCRIPT = r"""
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import torch
+import torch.distributed as dist
+import _collectives_worker as worker
+from _collectives_cases import Case
+
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+var = worker.TorchVariant("gloo", dist.group.WORLD, 1, torch.device("cpu"))
+case = Case("barrier", 0, torch.float32, 1, 0, 4)
+args = types.SimpleNamespace(warmup=2, warmup_bytes=1 << 20, max_iters=20, min_iters=20, budget=0.0)
+between = worker.Between(1, dist.group.WORLD)
+for pattern in ("back-to-back", "compute-gap", "interleaved"):
+    rec = worker.run_point(args, var, case, 4, 0, [0], 1, between.get(pattern))
+    print(rec["iters"], rec["wrong"], rec["warmup_wrong"], rec["cpu_us"] > 0)
+"""
+
+
+def test_barrier_runs_through_the_worker_with_nothing_to_check(tmp_path):
+    import subprocess
+
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
+    out = subprocess.run([sys.executable, "-c", BARRIER_SCRIPT, bench, str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["20 0 0 True"] * 3
