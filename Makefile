@@ -517,7 +517,7 @@ ASAN_RUN_ENV := $(UCX_NO_HOOKS_ENV) \
 TSAN_RUN_ENV := $(UCX_NO_HOOKS_ENV) \
 	TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/cpp/tsan.supp
 # The TSan build's test files: those that start threads.
-TSAN_TEST_FILES := test_engine;test_engine_drive;test_engine_failures;test_collectives;test_ucx_transport;test_shm;test_hier;test_device_sim;test_device_hazards;test_device_shrink;test_ipc_path
+TSAN_TEST_FILES := test_exit_watch;test_engine;test_engine_drive;test_engine_failures;test_collectives;test_ucx_transport;test_shm;test_hier;test_device_sim;test_device_hazards;test_device_shrink;test_ipc_path
 SANITIZE_TIMEOUT := 900
 
 # (internal) both sanitizer trees, configured and built.

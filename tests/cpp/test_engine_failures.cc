@@ -12,6 +12,7 @@
 #include <future>
 #include <set>
 
+#include "core/common/exit_watch.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "test_support.h"
 
@@ -58,7 +59,10 @@ class CheckingTransport final : public Transport {
   }
   int eventFd() const override { return inner_->eventFd(); }
   bool arm() override { return inner_->arm(); }
-  void checkPeers() override { inner_->checkPeers(); }
+  void checkPeers() override {
+    peerChecks++;
+    inner_->checkPeers();
+  }
   std::vector<int> failedPeers() const override { return inner_->failedPeers(); }
   void forgetPending() override { inner_->forgetPending(); }
 
@@ -67,6 +71,7 @@ class CheckingTransport final : public Transport {
   std::atomic<int> recvsInFlight{0};  // posted, and not yet completed or cancelled
   std::atomic<bool> throwOnSend{false};
   std::atomic<bool> throwOnProgress{false};
+  std::atomic<int> peerChecks{0};
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -424,4 +429,66 @@ TEST_CASE("a forked child that submits to its parent's communicator gets an erro
   CHECK(WEXITSTATUS(status) == 0);
   // The parent's communicator is unaffected.
   CHECK_FALSE(runOp(*w.comms[0], "barrier", 2, Schedule(DType::U8, ReduceOp::Sum)));
+}
+
+TEST_CASE(
+    "a watched peer's exit wakes a rank asleep on its doorbell and checks its peers at once") {
+  const bool callerDrives = GENERATE(true, false);
+  CAPTURE(callerDrives);
+  BellWord word;
+  FutexBell bell({&word}, 0);
+  auto world = makeLoopbackWorld(1);
+  auto checking = std::make_unique<CheckingTransport>(std::move(world.transports[0]));
+  CheckingTransport& t = *checking;
+  CommOptions opts;
+  opts.spin = 0us;
+  opts.bell = &bell;
+  Communicator comm(std::move(checking), opts);
+  const pid_t peer = ::fork();
+  REQUIRE(peer >= 0);
+  if (peer == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  auto watch = watchExit(peer);
+  if (!watch) {
+    ::kill(peer, SIGKILL);
+    ::waitpid(peer, nullptr, 0);
+    WARN("pidfd_open is unavailable here: the peer checks run every 100 ms, nothing to test");
+    return;
+  }
+  // A poll that waits on nobody in particular and never completes: its
+  // rank sleeps on the doorbell until a pass finds something to do.
+  Schedule s(DType::U8, ReduceOp::Sum);
+  s.setAlgorithm("test");
+  s.poll([] { return false; }, [] { return std::vector<int>{}; });
+  std::atomic<bool> done{false};
+  auto op = std::make_unique<Op>("wait_forever", 1, std::move(s));
+  op->callerWaits = callerDrives;
+  op->onDone = [&done](const Error*) { done = true; };
+  comm.submit(std::move(op));
+  std::thread driver;
+  if (callerDrives) driver = std::thread([&] { comm.drive([&] { return done.load(); }); });
+  // Killed right after a periodic check, the peer would otherwise be looked
+  // at only at the next, 100 ms later.
+  auto checkedSince = [&](int n) {
+    for (const auto until = std::chrono::steady_clock::now() + 5s; t.peerChecks.load() <= n;
+         std::this_thread::sleep_for(50us)) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+    }
+    return true;
+  };
+  REQUIRE(checkedSince(t.peerChecks.load()));
+  const int checks = t.peerChecks.load();
+  const uint32_t rung = word.seq.load();
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(peer, SIGKILL);
+  REQUIRE(checkedSince(checks));
+  const auto took = std::chrono::steady_clock::now() - killed;
+  CAPTURE(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+  CHECK(took < 50ms);
+  CHECK(word.seq.load() != rung);
+  comm.abort("test over");
+  if (driver.joinable()) driver.join();
+  ::waitpid(peer, nullptr, 0);
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/algorithms/registry.h"
+#include "core/common/exit_watch.h"
 
 namespace ringx {
 
@@ -32,7 +33,8 @@ CmaExchange::CmaExchange(ShmArea* shm, const Cma* cma, uint64_t id, const CollId
       mine_(mine),
       published_(published),
       records_(size_t(shm->size())),
-      dead_(size_t(shm->size()), false) {
+      dead_(size_t(shm->size()), false),
+      exitsChecked_(exitsSeen()) {
   for (int p = 0; p < size(); ++p) {
     if (p != rank() && (root < 0 || rank() == root || p == root)) peers_.push_back(p);
   }
@@ -273,8 +275,10 @@ bool CmaExchange::stillPublished(int peer) const {
 
 void CmaExchange::checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const) {
   const auto now = std::chrono::steady_clock::now();
-  if (now < nextAliveCheck_) return;
+  const uint64_t exits = exitsSeen();
+  if (now < nextAliveCheck_ && exits == exitsChecked_) return;
   nextAliveCheck_ = now + kAliveCheckEvery;
+  exitsChecked_ = exits;
   for (int p : (this->*waitingFor)()) {
     if (p == rank() || cma_->alive(p)) continue;
     dead_[size_t(p)] = true;

@@ -158,8 +158,9 @@ class CmaExchange {
   // false once failed, the failure recorded.
   bool copyPiece(int peer, uint64_t remote, std::byte* local, size_t n, bool write);
   bool reducePiece(const Reduction& red, size_t offset, size_t n);
-  // Every 100 ms of waiting, looks for dead peers among the ranks a step
-  // waits for (the list made only then); marks and reports those found.
+  // Every 100 ms of waiting, and at once when a watched process on this host
+  // exited (exit_watch.h), looks for dead peers among the ranks a step waits
+  // for (the list made only then); marks and reports those found.
   void checkAlive(std::vector<int> (CmaExchange::*waitingFor)() const);
   // Whether `peer` has published this chunk (or is dead: nothing to wait for).
   bool published(int peer) const;
@@ -200,6 +201,7 @@ class CmaExchange {
   std::optional<Error> failure_;
   CmaCause cause_;
   std::chrono::steady_clock::time_point nextAliveCheck_{};
+  uint64_t exitsChecked_ = 0;  // exitsSeen() at the last check
 };
 
 // Adds a single-copy chunk's four steps to `s` (reserving its chunk number)

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/common/exit_watch.h"
 #include "core/common/fork_generation.h"
 #include "core/common/log.h"
 #include "core/engine/communicator_active.h"
@@ -57,6 +58,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
     throw Error(ErrorKind::Internal, "ringx: eventfd/timerfd/epoll creation failed");
   }
   nextPeerCheck_ = Clock::now();
+  peerExitsChecked_ = exitsSeen();
   for (int fd : {wakeFd_, timerFd_, transport_->eventFd()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -65,6 +67,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       throw Error(ErrorKind::Internal, std::string("ringx: epoll_ctl failed: ") + std::strerror(errno));
     }
   }
+  exitListener_ = listenForExits([this] { wakeProgressThread(); });
   progressThread_ = std::thread([this] { progressLoop(); });
 }
 
@@ -78,6 +81,7 @@ Communicator::~Communicator() {
     return;
   }
   shutdown();
+  exitListener_.reset();
   ::close(epollFd_);
   ::close(timerFd_);
   ::close(wakeFd_);

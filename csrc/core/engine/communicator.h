@@ -20,6 +20,9 @@
 // each poll's waitingOn names), so that only its counter moves wake it; otherwise on the
 // transport's event fd (plus an eventfd that submit() writes). Many ranks on
 // few cores then neither starve each other nor wake each other for nothing.
+// The exit of a peer process on this host ends either sleep at once where
+// Linux gives a pidfd (exit_watch.h), and brings the next peer check forward;
+// otherwise the check runs every 100 ms.
 //
 // Failure policy: the first failed op (timeout, closed peer, size mismatch, a
 // step that threw) poisons the communicator, as in NCCL: ranks may no longer
@@ -139,6 +142,7 @@ class Communicator {
     uint64_t waitsFor = 0;  // Bell: FutexBell's bits of the ranks awaited
     uint32_t bellSeen = 0;
     uint64_t workGen = 0;
+    uint64_t exits = 0;  // exitsSeen() at the last peer check
   };
   Nap planNap(Clock::time_point idleSince, std::optional<Clock::time_point> until);
   uint64_t awaitedBells() const;
@@ -219,6 +223,8 @@ class Communicator {
   std::optional<Error> poisonPending_;
   bool cancelPending_ = false;
   Clock::time_point nextPeerCheck_;
+  // exitsSeen() when the peer check was last brought forward for an exit.
+  uint64_t peerExitsChecked_ = 0;
   // When each closed peer was first seen closed (progress thread only).
   std::map<int, Clock::time_point> deadSince_;
   bool closed_ = false;  // the progress thread has ended every op and dropped the transport
@@ -227,6 +233,8 @@ class Communicator {
   const int creatorFork_;  // forkGeneration() at creation
   CallbackPool callbacks_;
   std::thread progressThread_;
+  // Wakes this communicator's sleepers when a watched peer process exits.
+  std::shared_ptr<void> exitListener_;
 };
 
 }  // namespace ringx

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "core/common/exit_watch.h"
 #include "core/common/log.h"
 #include "core/engine/communicator_active.h"
 
@@ -126,6 +127,7 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
   }
   if (nap.kind == Nap::Kind::Bell) nap.waitsFor = awaitedBells();
   nap.max = untilNextDeadline(until);
+  nap.exits = peerExitsChecked_;
   std::lock_guard<std::mutex> lock(mu_);
   nap.workGen = workGen_;
   return nap;
@@ -151,8 +153,11 @@ void Communicator::takeNap(const Nap& nap) {
   }
   const bool bell = nap.kind == Nap::Kind::Bell;
   {
+    // A peer's exit counted since the last peer check ends the nap before it
+    // starts; one counted after this look finds this thread among the
+    // sleepers, since the count comes before the listener, which takes mu_.
     std::lock_guard<std::mutex> lock(mu_);
-    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen) {
+    if (!submitted_.empty() || stopping_ || workGen_ != nap.workGen || exitsSeen() != nap.exits) {
       if (bell) options_.bell->disarm();
       return;
     }
@@ -219,6 +224,10 @@ bool Communicator::pass() {
     did = startSubmitted();
     did |= advance();
     checkDeadlines();
+    if (const uint64_t exits = exitsSeen(); exits != peerExitsChecked_) {
+      peerExitsChecked_ = exits;
+      nextPeerCheck_ = Clock::now();
+    }
     if (!active_.empty() && Clock::now() >= nextPeerCheck_) {
       try {
         transport_->checkPeers();

@@ -18,6 +18,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/common/exit_watch.h"
 #include "core/common/fork_generation.h"
 #include "core/common/process_state.h"
 #include "core/common/topology.h"
@@ -320,6 +321,7 @@ std::vector<int> UcxWorker::connect(const std::vector<PeerCard>& cards) {
     if (theirs.host == host_) {
       peer.peerMode = false;
       peer.pid = theirs.uid == uid_ ? 0 : theirs.pid;
+      if (peer.pid != processId()) peer.exitWatch = watchExit(peer.pid);
     }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

@@ -180,6 +180,7 @@ class UcxWorker {
     uint64_t uid = 0;
     std::string host;
     int pid = 0;  // on this host; 0 elsewhere
+    std::shared_ptr<void> exitWatch;  // wakes the engine's waits when it exits (exit_watch.h)
     ucp_ep* ep = nullptr;
     bool peerMode = true;  // UCX's peer-failure handling (other hosts)
     bool failed = false;
