@@ -208,13 +208,18 @@ cpp-test: sysdeps venv build
 # ranks are forked from the harness's forkserver, which has imported torch:
 # test_faults, test_faults_shrink, test_shared_worker and test_cma took 161
 # cpu-s instead of 616 (2026-11-29; per test, tools/pytest_cpuprof.py).
+# The rest then ended last, 225 s after the others, with the machine 90% busy
+# over the stage (1389 cpu-s in 767 s, fresh clone, 2026-11-30): the
+# forced-algorithm suite (about 280 s of the rest's 760, its ranks waiting
+# for cores at nice 10) moved to the solo run, which had ended first of the two.
 PY_TEST_FAULTS := tests/python/test_faults.py tests/python/test_faults_shrink.py
 PY_TEST_HOSTS := tests/python/test_multihost.py tests/python/test_testbed.py \
 	tests/python/test_testbed_faults.py tests/python/test_torchft.py
 PY_TEST_SOLO := $(addprefix tests/python/,test_bench_callpath.py test_bench_floor.py \
 	test_build_guards.py test_check_cuda_archs.py test_cmake_options.py test_docs_links.py \
 	test_entry_point.py test_example_elastic.py test_gpu_script.py test_many_ranks.py \
-	test_packaging.py test_settings_agree.py test_soak.py test_thread_state.py test_threads.py)
+	test_packaging.py test_settings_agree.py test_soak.py test_thread_state.py test_threads.py \
+	test_allreduce_algorithms.py)
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 py-test: sysdeps venv build $(DOCS_STAMP)

@@ -9,8 +9,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "core/common/exit_watch.h"
@@ -40,6 +42,19 @@ void killAndReap(pid_t pid) {
 size_t entries(const char* dir) {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+// The watching threads, counted by name: a sanitizer's runtime starts
+// threads of its own, so the process's count says nothing (under TSan it
+// grew by one beside the watcher).
+size_t watchers() {
+  size_t n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    n += name == "ringx-exits";
+  }
   return n;
 }
 
@@ -87,7 +102,8 @@ TEST_CASE(
 
 TEST_CASE("watchExit: the watching thread and the pidfds live only while a process is watched") {
   const pid_t one = sleepingChild(), two = sleepingChild();
-  const size_t threads = entries("/proc/self/task"), fds = entries("/proc/self/fd");
+  const size_t fds = entries("/proc/self/fd");
+  REQUIRE(watchers() == 0);
   {
     auto first = watchOrWarn(one);
     if (!first) {
@@ -98,7 +114,7 @@ TEST_CASE("watchExit: the watching thread and the pidfds live only while a proce
     auto second = watchExit(two);
     REQUIRE(again);
     REQUIRE(second);
-    CHECK(entries("/proc/self/task") == threads + 1);
+    CHECK(watchers() == 1);
     // The watcher's epoll and eventfd, and one pidfd per process watched.
     CHECK(entries("/proc/self/fd") == fds + 4);
     again.reset();
@@ -106,25 +122,31 @@ TEST_CASE("watchExit: the watching thread and the pidfds live only while a proce
     second.reset();
     CHECK(entries("/proc/self/fd") == fds + 3);
   }
-  CHECK(eventually([&] { return entries("/proc/self/task") == threads; }));
+  CHECK(eventually([&] { return watchers() == 0; }));
   CHECK(entries("/proc/self/fd") == fds);
   killAndReap(one);
   killAndReap(two);
 }
 
 TEST_CASE("watchExit: no process to watch gives no token and starts nothing") {
-  const size_t threads = entries("/proc/self/task"), fds = entries("/proc/self/fd");
+  const size_t fds = entries("/proc/self/fd");
   CHECK_FALSE(watchExit(0));
   CHECK_FALSE(watchExit(-1));
   const pid_t gone = sleepingChild();
   killAndReap(gone);
   CHECK_FALSE(watchExit(gone));
-  CHECK(entries("/proc/self/task") == threads);
+  CHECK(watchers() == 0);
   CHECK(entries("/proc/self/fd") == fds);
 }
 
 TEST_CASE(
     "watchExit: a forked child hears nothing of its parent's watches, and can watch its own") {
+#ifdef __SANITIZE_THREAD__
+  // TSan kills a child that starts a thread after a multi-threaded fork (its
+  // runtime cannot follow one); the plain and ASan builds run this case.
+  WARN("not under ThreadSanitizer, which ends a child that starts threads after fork");
+  return;
+#endif
   const pid_t watched = sleepingChild();
   auto watch = watchOrWarn(watched);
   if (!watch) return;
