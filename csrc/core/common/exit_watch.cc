@@ -61,7 +61,6 @@ State& state() {
 }
 
 void watchLoop(State& s, int epfd) {
-  ::pthread_setname_np(::pthread_self(), "ringx-exits");
   for (;;) {
     epoll_event events[16];
     const int n = ::epoll_wait(epfd, events, 16, -1);
@@ -97,6 +96,9 @@ std::unique_ptr<Watcher> start(State& s) {
   if (w->epfd >= 0 && w->stopFd >= 0 && ::epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->stopFd, &ev) == 0) {
     try {
       w->thread = std::thread(watchLoop, std::ref(s), w->epfd);
+      // Named here, not by the thread: once watchExit returns, the thread is
+      // there to be found by its name (in ps, top, a test's count).
+      ::pthread_setname_np(w->thread.native_handle(), "ringx-exits");
       return w;
     } catch (const std::system_error&) {
     }
