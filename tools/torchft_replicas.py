@@ -252,12 +252,17 @@ def steps(out, replica):
 
 def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1, model=()):
     log = open(os.path.join(out, f"replica{replica}.log"), "a")
+    # Each replica is a process of its own, as torchrun would start none of them:
+    # without OMP_NUM_THREADS every one would run as many OpenMP threads as there are
+    # cores, and three replicas' spinning threads would share this machine's cores.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
                              "--lighthouse", lighthouse, "--steps", str(n_steps), "--out", out, "--backend", backend,
                              *model,
                              "--hold-at", str(hold_at), "--hold-file", os.path.join(out, "go"),
                              "--start-file", os.path.join(out, "start"), "--die-at", str(die_at)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=log, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
 
 
