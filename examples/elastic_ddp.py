@@ -46,6 +46,12 @@ def rank_main(rank, world, port, steps, kills, results, progress, hidden):
 
     import ringx  # noqa: F401  registers backend "ringx"
 
+    # As torchrun does when it starts several ranks on a host: one OpenMP thread
+    # each unless OMP_NUM_THREADS says otherwise, or the ranks' spinning threads
+    # take the cores from one another. (Set here, not in the environment: a rank
+    # forked from a server that imported torch has read its environment already.)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+
     dist.init_process_group("ringx", timeout=datetime.timedelta(seconds=30))
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
@@ -178,7 +184,9 @@ def launch(nproc, steps, kills, hidden=64, progress="", ctx=None, limit=600):
     if hung:
         why.append(f"ranks {hung} still running {limit} s after the start, or not exited 30 s after "
                    f"the last result (killed)")
-    if sorted(done) != survivors:
+    if not survivors:
+        why.append("no rank survived")
+    elif sorted(done) != survivors:
         why.append(f"the ranks that did not die are {survivors} but {sorted(done)} sent results")
     if len({params for _, params in done.values()}) > 1:
         first = min(done)

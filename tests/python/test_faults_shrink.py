@@ -143,8 +143,8 @@ def test_ddp_survives_two_deaths():
 def test_shrink_latency_world_8():
     """From shrink_group to the first all_reduce done on the shrunk group, 8 -> 7 ranks:
     twice on a group of every rank, then on the default group (torch then aborts every
-    other group too).  Logged for docs/surviving-failures.md; bounded loosely here (the
-    issue's target, 50 ms, is not met: see the docs)."""
+    other group too).  Logged for docs/surviving-failures.md; bounded loosely here: the
+    issue's 50 ms is met on a quiet machine (8-30 ms) and not under make test's load."""
     out = launch("shrink_latency.py", 8, FAULT_TIMEOUT, 2)
     for res in out:
         assert_clean_exit(res, out)
