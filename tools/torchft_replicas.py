@@ -252,9 +252,9 @@ def steps(out, replica):
 
 def _start(replica, lighthouse, out, n_steps, backend, hold_at=-1, die_at=-1, model=()):
     log = open(os.path.join(out, f"replica{replica}.log"), "a")
-    # Each replica is a process of its own, as torchrun would start none of them:
-    # without OMP_NUM_THREADS every one would run as many OpenMP threads as there are
-    # cores, and three replicas' spinning threads would share this machine's cores.
+    # One OpenMP thread each, as torchrun gives the workers it starts several of on a
+    # host: otherwise every replica runs a spinning thread per core, and three
+    # replicas' threads take the cores from one another.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica-id", str(replica),
