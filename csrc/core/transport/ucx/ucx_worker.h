@@ -93,6 +93,9 @@ struct UcxChannel {
   // The rest belongs to the worker's lock.
   std::vector<std::pair<struct UcxPending*, TransferResult>> inbox;
   bool woken = false;
+  // Reading an empty eventfd is a syscall on every progress pass, a good part
+  // of a small call's cost: it is read only once written.
+  bool wakeFdWritten = false;
   int wakeFd = -1;   // written when another view's progress filled the inbox
   int eventFd = -1;  // epoll over wakeFd and the worker's event fd
 

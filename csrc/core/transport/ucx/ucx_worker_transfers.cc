@@ -117,8 +117,11 @@ bool UcxWorker::progress(UcxChannel& ch) {
   bool did = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t v;
-    while (::read(ch.wakeFd, &v, sizeof(v)) > 0) {
+    if (ch.wakeFdWritten) {
+      uint64_t v;
+      while (::read(ch.wakeFd, &v, sizeof(v)) > 0) {
+      }
+      ch.wakeFdWritten = false;
     }
     while (ucp_worker_progress(worker_) != 0) did = true;
     did |= cancelReceivesFromFailedPeers();
@@ -338,6 +341,7 @@ void UcxWorker::wakeOthers(const UcxChannel& ch) {
     if (::write(other->wakeFd, &one, sizeof(one)) < 0) {
       // The eventfd is full only if nobody read it for 2^64 wakes.
     }
+    other->wakeFdWritten = true;
     other->woken = false;
   }
 }
