@@ -19,6 +19,11 @@ synchronous call, each call timed):
   world 1 alone       ringx all_reduce, a group of 1: issue 12's floor
   world 1 x N         N processes, each its own group of 1, at once: the floor under
                       the load a world-N collective puts on the machine
+  fake x N yield      (--switch) N processes, each calling torch's FakeProcessGroup (a
+                      backend that does nothing) and yielding its core after every call
+  world 1 x N yield   (--switch) the same with ringx's world 1: with more ranks than
+                      cores, every call of a collective follows the other ranks' turns on
+                      the core, and these two say what torch's path and ringx's cost then
   world N             ringx all_reduce across N ranks (the collective itself)
   world N gloo        the same on gloo (with --gloo)
 
@@ -27,7 +32,7 @@ The concurrent processes start their timed loop at the same instant and run for
 time (they must all make the same number). Each process of the ringx cases also times
 the torch op just before and after its loop (p50 of 20,000 calls): a CPU that runs
 slower than usual during the loop shows there.
-The table gives p10/p50/p90 of each case (for N processes, those of the process with
+The table gives p10/p50/p90 of each case, the CPU per call (process CPU time over calls) (for N processes, those of the process with
 the highest p50, whose pace a collective would follow; every process's p50 beside),
 per repeat, and what the collective adds to the loaded floor: world N p50 - world 1 x N
 p50.
@@ -37,14 +42,16 @@ import argparse
 import datetime
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from collectives import free_port, machine
+from collectives import machine
 
-CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "wN", "wN-gloo")
+CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN-yield", "w1-xN-yield", "wN", "wN-gloo")
+SWITCH_CASES = ("fake-xN-yield", "w1-xN-yield")
 
 
 def op_p50(t, calls: int = 20000) -> float:
@@ -70,7 +77,12 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
 
         import ringx  # noqa: F401  (registers the backend)
 
-        dist.init_process_group("gloo" if case == "wN-gloo" else "ringx")
+        if case.startswith("fake"):
+            from torch.testing._internal.distributed.fake_pg import FakeStore
+
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
+        else:
+            dist.init_process_group("gloo" if case == "wN-gloo" else "ringx")
         call = lambda: dist.all_reduce(t)  # noqa: E731
         for _ in range(500):
             call()
@@ -82,13 +94,20 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
     speed = [] if case.startswith("op") else [op_p50(torch.zeros(2))]
     # A collective's ranks must make the same number of calls: they get a count, the
     # processes that exchange nothing a time.
+    # The -yield cases hand the core on after every call, untimed, as a rank of a
+    # collective with more ranks than cores does while it waits: each call then starts
+    # after the other processes ran, its caches cold.
+    switch = os.sched_yield if case.endswith("-yield") else (lambda: None)
     times = []
     end = time.perf_counter() + seconds
     clock = time.perf_counter_ns
+    cpu0 = time.process_time()
     while len(times) < calls if calls else clock() * 1e-9 < end:
         a = clock()
         call()
         times.append(clock() - a)
+        switch()
+    cpu = time.process_time() - cpu0
     if not case.startswith("op"):
         speed.append(op_p50(torch.zeros(2)))
         dist.destroy_process_group()
@@ -96,20 +115,36 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
     n = len(times)
     with open(out, "w") as f:
         json.dump({"calls": n, "p10": times[n // 10] / 1e3, "p50": times[n // 2] / 1e3,
-                   "p90": times[9 * n // 10] / 1e3, "op_p50": speed}, f)
+                   "p90": times[9 * n // 10] / 1e3, "op_p50": speed,
+                   "cpu_per_call": cpu / n * 1e6}, f)
+
+
+def distinct_ports(n: int) -> list[int]:
+    """n ports free now and different from each other: one picked per process at a time
+    can come back twice once the previous pick's socket has closed."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def run_case(case: str, world: int, seconds: float, calls: int, tmp: str, settle: float) -> dict:
     """Start the case's processes, return the slowest process's percentiles (a collective
     goes at the pace of its slowest rank)."""
-    together = 1 if case in ("op-alone", "w1-alone") else world
+    together = 1 if case.endswith("alone") else world
     one_group = case in ("wN", "wN-gloo")
     start_at = time.time() + (1.0 if case.startswith("op") else settle)
-    port = free_port()
+    ports = distinct_ports(together)
     procs, outs = [], []
     for r in range(together):
         env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port if one_group else free_port()),
+                   MASTER_PORT=str(ports[0] if one_group else ports[r]),
                    RANK=str(r if one_group else 0), LOCAL_RANK=str(r if one_group else 0),
                    WORLD_SIZE=str(world if one_group else 1),
                    LOCAL_WORLD_SIZE=str(world if one_group else 1))
@@ -136,6 +171,10 @@ def main() -> int:
                     help="seconds from starting a ringx case's processes to their timed loops, which "
                          "start together once every process has imported torch and warmed up (default 6)")
     ap.add_argument("--gloo", action="store_true", help="also time the collective on gloo")
+    ap.add_argument("--switch", action="store_true",
+                    help="also time the loaded floor with a context switch after every call, for torch's own "
+                         "path (FakeProcessGroup) and ringx's world 1: what a call costs when more ranks "
+                         "than cores take turns")
     ap.add_argument("--json", help="where to write the results (default bench-results/floor-<date>.json)")
     ap.add_argument("--_worker")
     ap.add_argument("--_start", type=float)
@@ -145,14 +184,15 @@ def main() -> int:
     if args._worker:
         worker(args._worker, args._start, args.seconds, args._calls, args._out)
         return 0
-    cases = [c for c in CASES if args.gloo or c != "wN-gloo"]
+    cases = [c for c in CASES if (args.gloo or c != "wN-gloo") and (args.switch or c not in SWITCH_CASES)]
     n = args.world
     label = {c: c.replace("xN", f"x{n}").replace("wN", f"w{n}") for c in cases}
     mach = machine()
     print(f"# {mach.get('cpu', '?')}, {mach['cpus']} cpus, kernel {mach['kernel']}; torch {mach.get('torch')}, "
           f"ringx at {mach.get('git', '?')}; 8 B all_reduce (2 float32), synchronous calls, "
           f"{args.seconds:g} s per case; times in us")
-    print(f"# {'repeat':>6} {'case':>12} {'p10':>7} {'p50':>7} {'p90':>7} {'calls':>8}  each process's p50")
+    print(f"# {'repeat':>6} {'case':>13} {'p10':>7} {'p50':>7} {'p90':>7} {'calls':>8} {'cpu/call':>8}  "
+          "each process's p50")
     runs = []
     with tempfile.TemporaryDirectory(prefix="ringx-floor-") as tmp:
         for rep in range(args.repeats):
@@ -162,9 +202,9 @@ def main() -> int:
                 calls = int(row["w1-xN"]["calls"] // 2) if "w1-xN" in row else 0
                 row[c] = run_case(c, n, args.seconds, calls, tmp, args.settle)
                 s = row[c]
-                print(f"  {rep + 1:>6} {label[c]:>12} {s['p10']:7.1f} {s['p50']:7.1f} {s['p90']:7.1f} "
-                      f"{int(s['calls']):>8}  " + " ".join(f"{x:.1f}" for x in s["each_p50"])
-                      + ("" if c.startswith("op") else "   torch op before/after: "
+                print(f"  {rep + 1:>6} {label[c]:>13} {s['p10']:7.1f} {s['p50']:7.1f} {s['p90']:7.1f} "
+                      f"{int(s['calls']):>8} {s['cpu_per_call']:8.1f}  " + " ".join(f"{x:.1f}" for x in s["each_p50"])
+                      + ("" if c.startswith(("op", "fake")) else "   torch op before/after: "
                          + ", ".join("/".join(f"{v:.1f}" for v in x) for x in s["each_op_p50"])),
                       flush=True)
             row["added"] = row["wN"]["p50"] - row["w1-xN"]["p50"]
@@ -175,7 +215,7 @@ def main() -> int:
     print(f"\n# over {args.repeats} repeats (min-max of p50):")
     for c in cases:
         v = [r[c]["p50"] for r in runs]
-        print(f"#   {label[c]:>12}  {min(v):6.1f} - {max(v):6.1f} us")
+        print(f"#   {label[c]:>13}  {min(v):6.1f} - {max(v):6.1f} us")
     added = [r["added"] for r in runs]
     print(f"#   w{n} - w1x{n}    {min(added):6.1f} - {max(added):6.1f} us  (what the collective adds)")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

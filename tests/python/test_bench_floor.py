@@ -1,4 +1,4 @@
-"""benchmarks/floor.py end to end, briefly: every case runs, the collective's ranks make
+"""benchmarks/floor.py end to end, briefly: every case runs (--switch's too), the collective's ranks make
 the same number of calls (half the loaded floor's), the ringx processes time torch's op
 around their loop, and the JSON holds what the table printed."""
 
@@ -13,19 +13,22 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "b
 def test_floor_benchmark_times_every_case_and_writes_its_json(tmp_path):
     out = tmp_path / "floor.json"
     run = subprocess.run([sys.executable, SCRIPT, "--seconds", "0.3", "--repeats", "1", "--settle", "2",
-                          "--json", str(out)],
+                          "--switch", "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(out.read_text())
     assert data["meta"]["world"] == 2
     (row,) = data["runs"]
-    for case in ("op-alone", "op-xN", "w1-alone", "w1-xN", "wN"):
+    for case in ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN-yield", "w1-xN-yield", "wN"):
         r = row[case]
         assert r["calls"] > 0 and 0 < r["p10"] <= r["p50"] <= r["p90"], (case, r)
+        assert r["cpu_per_call"] > 0, (case, r)
         assert len(r["each_p50"]) == (1 if case.endswith("alone") else 2), (case, r)
         assert r["p50"] == max(r["each_p50"]), (case, r)
         # The ringx processes time torch's op before and after their loop.
         want = 0 if case.startswith("op") else 2
+        if case.startswith("fake"):
+            continue
         assert all(len(x) == want and all(v > 0 for v in x) for x in r["each_op_p50"]), (case, r)
     assert row["wN"]["calls"] == row["w1-xN"]["calls"] // 2
     assert abs(row["added"] - (row["wN"]["p50"] - row["w1-xN"]["p50"])) < 1e-9
