@@ -29,13 +29,13 @@ synchronous call, each call timed):
 
 The concurrent processes start their timed loop at the same instant and run for
 --seconds; the ranks of a collective make half the calls the loaded floor made in that
-time (they must all make the same number). Each process of the ringx cases also times
-the torch op just before and after its loop (p50 of 20,000 calls): a CPU that runs
-slower than usual during the loop shows there.
-The table gives p10/p50/p90 of each case, the CPU per call (process CPU time over calls) (for N processes, those of the process with
-the highest p50, whose pace a collective would follow; every process's p50 beside),
-per repeat, and what the collective adds to the loaded floor: world N p50 - world 1 x N
-p50.
+time (they must all make the same number). Each process of the process-group cases
+also times the torch op just before and after its loop (p50 of 20,000 calls): a CPU that
+runs slower than usual during the loop shows there.
+The table gives, per repeat, p10/p50/p90 of each case and its CPU per call (the
+process's CPU time over its calls); for N processes, those of the process with the
+highest p50, whose pace a collective would follow, with every process's p50 beside them;
+and what the collective adds to the loaded floor: world N p50 - world 1 x N p50.
 """
 
 import argparse
@@ -204,7 +204,7 @@ def main() -> int:
                 s = row[c]
                 print(f"  {rep + 1:>6} {label[c]:>13} {s['p10']:7.1f} {s['p50']:7.1f} {s['p90']:7.1f} "
                       f"{int(s['calls']):>8} {s['cpu_per_call']:8.1f}  " + " ".join(f"{x:.1f}" for x in s["each_p50"])
-                      + ("" if c.startswith(("op", "fake")) else "   torch op before/after: "
+                      + ("" if c.startswith("op") else "   torch op before/after: "
                          + ", ".join("/".join(f"{v:.1f}" for v in x) for x in s["each_op_p50"])),
                       flush=True)
             row["added"] = row["wN"]["p50"] - row["w1-xN"]["p50"]
