@@ -387,9 +387,12 @@ $(SYSUCX_STAMP): $(VENV_STAMP) $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(C
 test-system-ucx: sysdeps venv $(SYSUCX_STAMP)
 	@start=$$(date +%s); rc=0; \
 	echo "======== test-system-ucx: the transport's tests against UCX $$(pkg-config --modversion ucx) ========"; \
-	ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp" && \
-	$(UCX_NO_HOOKS_ENV) $(WITH_VENV) ctest --test-dir $(SYSUCX_BUILD_DIR) $(CTEST_ARGS) --timeout $(CTEST_TIMEOUT) -Q \
-	  || rc=1; \
+	mkdir -p build/logs; log=build/logs/test-system-ucx-ctest.log; \
+	if ! ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp"; then \
+	  echo "test-system-ucx: ringx_core_tests is not linked against the system's libucp:"; \
+	  ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -E "libuc[pst]"; rc=1; \
+	elif $(UCX_NO_HOOKS_ENV) $(WITH_VENV) ctest --test-dir $(SYSUCX_BUILD_DIR) $(CTEST_ARGS) --timeout $(CTEST_TIMEOUT) \
+	    > $$log 2>&1; then tail -n3 $$log; else cat $$log; rc=1; fi; \
 	echo "======== test-system-ucx: the extension against it ========"; \
 	info=$$(cd /tmp && $(CURDIR)/$(SYSUCX_VPY) -m ringx) && echo "$$info" | grep -E "^UCX " && \
 	echo "$$info" | grep -qE "^UCX $$(pkg-config --modversion ucx) \(/.*x86_64-linux-gnu/libucp" || \
