@@ -230,12 +230,13 @@ PY_TEST_SOLO := $(addprefix tests/python/,test_bench_callpath.py test_bench_floo
 PY_TEST_RUN = timeout -k 30 $(PY_TEST_TIMEOUT) $(VPY) -m pytest -q -p no:cacheprovider --durations=15
 
 py-test: sysdeps venv build $(DOCS_STAMP)
-	@mkdir -p build/logs; rc=(0 0 0 0); \
-	$(PY_TEST_RUN) $(PY_TEST_FAULTS) > build/logs/py-test-faults.log 2>&1 & faults=$$!; \
-	$(PY_TEST_RUN) $(PY_TEST_HOSTS) > build/logs/py-test-hosts.log 2>&1 & hosts=$$!; \
-	nice -n 10 $(PY_TEST_RUN) $(PY_TEST_SOLO) > build/logs/py-test-solo.log 2>&1 & solo=$$!; \
+	@mkdir -p build/logs; rm -f build/logs/py-test-*.ended; rc=(0 0 0 0); \
+	ended() { touch build/logs/py-test-$$1.ended; }; \
+	{ $(PY_TEST_RUN) $(PY_TEST_FAULTS) > build/logs/py-test-faults.log 2>&1; r=$$?; ended faults; exit $$r; } & faults=$$!; \
+	{ $(PY_TEST_RUN) $(PY_TEST_HOSTS) > build/logs/py-test-hosts.log 2>&1; r=$$?; ended hosts; exit $$r; } & hosts=$$!; \
+	{ nice -n 10 $(PY_TEST_RUN) $(PY_TEST_SOLO) > build/logs/py-test-solo.log 2>&1; r=$$?; ended solo; exit $$r; } & solo=$$!; \
 	nice -n 10 $(PY_TEST_RUN) tests/python $(addprefix --ignore=,$(PY_TEST_FAULTS) $(PY_TEST_HOSTS) $(PY_TEST_SOLO)) \
-	  > build/logs/py-test-rest.log 2>&1 || rc[0]=$$?; \
+	  > build/logs/py-test-rest.log 2>&1 || rc[0]=$$?; ended rest; \
 	wait $$faults || rc[1]=$$?; wait $$hosts || rc[2]=$$?; wait $$solo || rc[3]=$$?; \
 	for part in rest solo faults hosts; do echo "======== py-test: $$part ========"; cat build/logs/py-test-$$part.log; done; \
 	echo "py-test: the rest: $$(tail -n1 build/logs/py-test-rest.log); solo: $$(tail -n1 build/logs/py-test-solo.log);" \
@@ -429,13 +430,17 @@ later-venvs: $(WHEEL_VENV_STAMP) $(TORCH2_VENV_STAMP) $(SYSUCX_VENV_STAMP) sysuc
 # py-test's way: building the later stages' trees beside it at idle priority
 # (chrt --idle) took about 280 s off a fresh run's total, but py-test took
 # 1302 s instead of 980, and its fault tests time themselves. Only the
-# sanitizer trees build in the background, at nice 19 from wheel-test on:
-# the stages from there to test-system-ucx left a core idle for about a third
+# sanitizer trees build in the background, at nice 19, first from wheel-test
+# on: the stages from there to test-system-ucx left a core idle for about a third
 # of their time (CI, 2026-11-29: 468 cpu-s in 320 s), waiting on pip and on
 # tests that hand work between ranks; a failed build is redone, with its
 # errors, by test-sanitize. In a fresh clone (2026-11-30) the build took 580 s
 # there and test-sanitize waited 240 s more for it: the stage, build and
-# wait included, went from 594 s to about 506.
+# wait included, went from 594 s to about 506. It now starts once all of
+# py-test's runs but one have ended: the last run alone left 40% of the
+# machine idle for its last 80-90 s (fresh clone, 2026-11-30: the rest ended
+# 84 s after the others; CI's 88 s), and test-sanitize still waited 110 s
+# (fresh clone) and 212 s (CI) for the build.
 MAKE_TEST_START := $(shell date +%s)
 test: sysdeps
 	@mkdir -p build/logs; rc=0; \
@@ -446,12 +451,16 @@ test: sysdeps
 	busy() { awk '/^cpu /{print $$2+$$3+$$4+$$7+$$8+$$9}' /proc/stat; }; hz=$$(getconf CLK_TCK); \
 	results=("set-up+build|ok|$$(( $$(date +%s) - $(MAKE_TEST_START) ))|"); \
 	for t in cpp-test py-test wheel-test torch-compat test-gpu test-system-ucx test-sanitize; do \
-	  if [ $$t = wheel-test ]; then \
-	    wait $$later || true; \
-	    ( start=$$(date +%s); s=ok; \
+	  if [ $$t = py-test ]; then \
+	    rm -f build/logs/py-test-*.ended build/logs/py-test.stage-ended; \
+	    ( until [ "$$(ls build/logs/py-test-*.ended 2>/dev/null | wc -l)" -ge 3 ] || \
+	            [ -e build/logs/py-test.stage-ended ]; do sleep 2; done; \
+	      until grep -qs "^later-venvs: " build/logs/later-venvs.log; do sleep 2; done; \
+	      echo "from $$(( $$(date +%s) - $(MAKE_TEST_START) )) s"; start=$$(date +%s); s=ok; \
 	      nice -n 19 ionice -c 3 $(MAKE) --no-print-directory sanitize-build || s=FAILED; \
 	      echo "sanitize-build: $$s in $$(( $$(date +%s) - start )) s" ) > build/logs/sanitize-build.log 2>&1 & sanbuild=$$!; \
 	  fi; \
+	  if [ $$t = wheel-test ]; then touch build/logs/py-test.stage-ended; wait $$later || true; fi; \
 	  if [ $$t = test-sanitize ]; then wait $$sanbuild || true; fi; \
 	  echo "======== $$t ========"; start=$$(date +%s); b0=$$(busy); \
 	  if $(MAKE) --no-print-directory "$$t" 2>&1 | tee "build/logs/$$t.log"; then s=ok; else s=FAILED; rc=1; fi; \
@@ -471,7 +480,7 @@ test: sysdeps
 	  printf '%-15s %-7s %6s s %9s  %s\n' "$$t" "$$s" "$$secs" "$${cpu:+$$cpu cpu-s}" "$$last"; \
 	done; \
 	echo "later stages' installs, in the background: $$(tail -n1 build/logs/later-venvs.log)"; \
-	echo "the sanitizer trees' build, in the background from wheel-test on: $$(tail -n1 build/logs/sanitize-build.log)"; \
+	echo "the sanitizer trees' build, in the background from py-test's last run on ($$(head -n1 build/logs/sanitize-build.log)): $$(tail -n1 build/logs/sanitize-build.log)"; \
 	echo "make test: $$(( $$(date +%s) - $(MAKE_TEST_START) )) s in all, set-up and build included"; \
 	exit $$rc
 

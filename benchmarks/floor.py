@@ -19,6 +19,8 @@ synchronous call, each call timed):
   world 1 alone       ringx all_reduce, a group of 1: issue 12's floor
   world 1 x N         N processes, each its own group of 1, at once: the floor under
                       the load a world-N collective puts on the machine
+  fake x N            N processes, each calling torch's FakeProcessGroup (a backend
+                      that does nothing) at once: torch's own path under that load
   fake x N yield      (--switch) N processes, each calling torch's FakeProcessGroup (a
                       backend that does nothing) and yielding its core after every call
   world 1 x N yield   (--switch) the same with ringx's world 1: with more ranks than
@@ -35,7 +37,8 @@ runs slower than usual during the loop shows there.
 The table gives, per repeat, p10/p50/p90 of each case and its CPU per call (the
 process's CPU time over its calls); for N processes, those of the process with the
 highest p50, whose pace a collective would follow, with every process's p50 beside them;
-and what the collective adds to the loaded floor: world N p50 - world 1 x N p50.
+what the collective adds to the loaded floor: world N p50 - world 1 x N p50; and what
+ringx costs above torch's own path: world N p50 - fake x N p50.
 """
 
 import argparse
@@ -50,7 +53,7 @@ import time
 
 from collectives import machine
 
-CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN-yield", "w1-xN-yield", "wN", "wN-gloo")
+CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN", "fake-xN-yield", "w1-xN-yield", "wN", "wN-gloo")
 SWITCH_CASES = ("fake-xN-yield", "w1-xN-yield")
 
 
@@ -208,8 +211,10 @@ def main() -> int:
                          + ", ".join("/".join(f"{v:.1f}" for v in x) for x in s["each_op_p50"])),
                       flush=True)
             row["added"] = row["wN"]["p50"] - row["w1-xN"]["p50"]
+            row["above_torch"] = row["wN"]["p50"] - row["fake-xN"]["p50"]
             row["load"] = row["w1-xN"]["p50"] / row["w1-alone"]["p50"]
-            print(f"  {rep + 1:>6} w{n} adds {row['added']:.1f} us to the loaded floor; {n} processes at once "
+            print(f"  {rep + 1:>6} w{n} adds {row['added']:.1f} us to the loaded floor and costs "
+                  f"{row['above_torch']:.1f} us above torch's path; {n} processes at once "
                   f"make the floor {row['load']:.2f}x", flush=True)
             runs.append(row)
     print(f"\n# over {args.repeats} repeats (min-max of p50):")
@@ -218,6 +223,8 @@ def main() -> int:
         print(f"#   {label[c]:>13}  {min(v):6.1f} - {max(v):6.1f} us")
     added = [r["added"] for r in runs]
     print(f"#   w{n} - w1x{n}    {min(added):6.1f} - {max(added):6.1f} us  (what the collective adds)")
+    above = [r["above_torch"] for r in runs]
+    print(f"#   w{n} - fakex{n}  {min(above):6.1f} - {max(above):6.1f} us  (ringx's cost above torch's path)")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = args.json or os.path.join(os.getcwd(), "bench-results", f"floor-{stamp}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

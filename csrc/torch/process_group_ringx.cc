@@ -333,7 +333,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
                                                             std::function<void()> publish) {
   auto select = [&](const CollArgs& a) {
     try {
-      return &selectAlgorithm(a, algo_);
+      return &selection_.select(a, algo_);
     } catch (const Error& e) {
       throw c10::ValueError({__func__, __FILE__, uint32_t(__LINE__)}, e.what());
     }
@@ -342,15 +342,16 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
   const size_t pieces = staging ? staging->pieces() : 1;
   std::vector<CollArgs> parts;
   std::vector<const Algorithm*> algs;
+  parts.reserve(pieces);
+  algs.reserve(pieces);
   for (size_t k = 0; k < pieces; ++k) {
-    CollArgs p = args;
+    CollArgs& p = parts.emplace_back(args);
     if (pieces > 1) {
       auto [offset, bytes] = staging->piece(k);
       p.buf = static_cast<std::byte*>(args.buf) + offset;
       p.count = bytes / dtypeSize(args.dtype);
     }
     algs.push_back(call.algorithm && pieces == 1 ? call.algorithm : select(p));
-    parts.push_back(p);
   }
   if (args.coll == Collective::AllReduce || args.coll == Collective::Reduce ||
       args.coll == Collective::ReduceScatter) {
@@ -361,7 +362,7 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
   auto build = [&](uint64_t seq) {
     std::vector<Schedule> built;
     for (size_t k = 0; k < pieces; ++k) {
-      CollArgs numbered = parts[k];
+      CollArgs& numbered = parts[k];
       numbered.seq = seq + k;
       RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << algs[k]->name << ", " << numbered.bytes() << " bytes"
                                         << (numbered.blocks.empty()

@@ -366,6 +366,7 @@ class ProcessGroupRingx : public c10d::Backend {
   // Settings read once, when the group is built (the ranks agreed on them).
   size_t segmentBytes_ = 0;
   AlgoOverride algo_{""};
+  SelectionMemo selection_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<uint64_t> p2pSeq_{0};
   // Set between startCoalescing and endCoalescing: the calls held back.

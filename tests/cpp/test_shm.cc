@@ -650,3 +650,53 @@ TEST_CASE("the cost model takes the one-shot all_reduce for small buffers once r
   a.shm = w.areas[0].get();
   CHECK(selectAlgorithm(a, AlgoOverride("all_reduce:oneshot")).name == "oneshot");
 }
+
+// A group's memo keeps the model's last choice; a stale one would show as a
+// pick that differs from the model's on the next shape, so every shape here
+// follows one whose choice differs from its own in one argument only.
+TEST_CASE("a group's selection memo picks what the cost model picks as sizes, worlds, cores and ops change") {
+  ShmWorld w(2, {}, 256 * 1024);
+  SelectionMemo memo;
+  const AlgoOverride none("");
+  int checked = 0, changed = 0;
+  std::string previous;
+  auto same = [&](const CollArgs& a) {
+    const std::string model(selectAlgorithm(a, none).name), memoized(memo.select(a, none).name);
+    CAPTURE(a.size, a.count, a.shm->cores(), int(a.op), model, previous);
+    CHECK(memoized == model);
+    changed += int(!previous.empty() && model != previous);
+    previous = model;
+    ++checked;
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (int size : {4, 8}) {
+      for (int cores : {size, 2}) {
+        for (size_t bytes : {size_t{8}, size_t{1} << 20, size_t{8}}) {
+          w.areas[0]->setCores(cores);
+          CollArgs a{Collective::AllReduce, 0, size, 1};
+          a.count = bytes / sizeof(float);
+          a.shm = w.areas[0].get();
+          same(a);
+          same(a);
+        }
+      }
+    }
+  }
+  // One argument apart: the collective, then the op.
+  w.areas[0]->setCores(2);
+  CollArgs a{Collective::AllReduce, 0, 8, 1};
+  a.count = 2;
+  a.shm = w.areas[0].get();
+  same(a);
+  a.coll = Collective::Broadcast;
+  same(a);
+  a.coll = Collective::AllReduce;
+  a.op = ReduceOp::PremulSum;
+  same(a);
+  CHECK(changed >= 8);
+  CHECK(checked == 51);
+  // An override still wins over what the memo holds.
+  a.op = ReduceOp::Sum;
+  CHECK(memo.select(a, AlgoOverride("all_reduce:ring")).name == "ring");
+  CHECK(memo.select(a, none).name == selectAlgorithm(a, none).name);
+}

@@ -20,7 +20,7 @@ def test_floor_benchmark_times_every_case_and_writes_its_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["meta"]["world"] == 2
     (row,) = data["runs"]
-    for case in ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN-yield", "w1-xN-yield", "wN"):
+    for case in ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN", "fake-xN-yield", "w1-xN-yield", "wN"):
         r = row[case]
         assert r["calls"] > 0 and 0 < r["p10"] <= r["p50"] <= r["p90"], (case, r)
         assert r["cpu_per_call"] > 0, (case, r)
@@ -31,4 +31,6 @@ def test_floor_benchmark_times_every_case_and_writes_its_json(tmp_path):
         assert all(len(x) == want and all(v > 0 for v in x) for x in r["each_op_p50"]), (case, r)
     assert row["wN"]["calls"] == row["w1-xN"]["calls"] // 2
     assert abs(row["added"] - (row["wN"]["p50"] - row["w1-xN"]["p50"])) < 1e-9
+    assert abs(row["above_torch"] - (row["wN"]["p50"] - row["fake-xN"]["p50"])) < 1e-9
     assert "w2 adds" in run.stdout and "what the collective adds" in run.stdout
+    assert "above torch's path" in run.stdout

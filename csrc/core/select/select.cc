@@ -363,4 +363,41 @@ const Algorithm& cheapestAlgorithm(const CollArgs& args) {
   return *best;
 }
 
+std::optional<SelectionMemo::Shape> SelectionMemo::shapeOf(const CollArgs& a) {
+  if (a.device || !a.blocks.empty() || !a.inputBlocks.empty() || !a.sendBytes.empty() || !a.recvBytes.empty() ||
+      !a.sendOffsets.empty() || !a.recvOffsets.empty()) {
+    return std::nullopt;
+  }
+  return Shape{a.coll,
+               a.dtype,
+               a.op,
+               a.count,
+               a.root,
+               a.rank,
+               a.size,
+               a.evenSplits,
+               a.crossHost,
+               a.segmentBytes,
+               a.shm,
+               a.shm ? a.shm->cores() : 0,
+               a.shm ? a.shm->slotBytes() : 0,
+               a.cma,
+               a.hosts};
+}
+
+const Algorithm& SelectionMemo::select(const CollArgs& args, const AlgoOverride& override) {
+  if (!override.forCollective(args.coll).empty()) return selectAlgorithm(args, override);
+  const std::optional<Shape> shape = shapeOf(args);
+  if (!shape) return cheapestAlgorithm(args);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (chosen_ && last_ == shape) return *chosen_;
+  }
+  const Algorithm& alg = cheapestAlgorithm(args);
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = shape;
+  chosen_ = &alg;
+  return alg;
+}
+
 }  // namespace ringx
