@@ -516,6 +516,31 @@ TEST_CASE(
   }
 }
 
+// Measured on 2 cores (docs/algorithms.md, 2026-11-30): with 4 ranks or more
+// per core the slot broadcast won in every pattern from 512 KiB to 16 MiB,
+// and the single copy kept the pattern with compute between calls below
+// that; with 2 per core neither won at every size.
+TEST_CASE("with 4 ranks or more per core the cost model takes the slot broadcast over the single copy from 512 KiB") {
+  for (int size : {3, 4, 8, 16}) {
+    CmaWorld w(size, 256 * 1024);
+    auto pick = [&](int cores, size_t bytes) {
+      w.areas[0]->setCores(cores);
+      CollArgs a = w.args(Collective::Broadcast, 0, 1);
+      a.count = bytes / sizeof(float);
+      return std::string(selectAlgorithm(a, AlgoOverride("")).name);
+    };
+    CAPTURE(size);
+    const bool slots = size >= 8;
+    for (size_t bytes : {size_t{512} << 10, size_t{1} << 20, size_t{16} << 20}) {
+      CAPTURE(bytes);
+      CHECK(pick(2, bytes) == (slots ? "shm" : "cma"));
+      // A core per rank: the single copy, as before.
+      CHECK(pick(size, bytes) == "cma");
+    }
+    CHECK(pick(2, 256 << 10) == "cma");
+  }
+}
+
 TEST_CASE(
     "the cost model takes the single copy where it applies, and alike on every rank for all_to_all "
     "with or without split sizes") {

@@ -46,6 +46,13 @@ struct Constants {
   double cmaSyncUs = 5.0;
   double cmaCallUs = 0.5;
   double cmaUsPerByte = 1.0 / 11000.0;
+  // What a single-copy broadcast costs beyond that when a host has 4 ranks
+  // or more per core, per byte beyond one slot: fitted where the slot
+  // broadcast began to win in every pattern (2 cores, 256 KiB slots,
+  // 2026-11-30, docs/algorithms.md): from 512 KiB to 16 MiB at world 8 and
+  // 16; below, the single copy was as fast with compute between calls. At
+  // worlds 3 and 4 the slots won at 1 MiB only, not at 4-16 MiB.
+  double cmaOversubscribedUsPerByte = 1.0 / 7700.0;
   // Between hosts (a group that spans several), measured on the namespace
   // test bed with 1 Gbit/s links (benchmarks/testbed.py): alpha is the
   // one-way time of an 8-byte send/recv between ranks on two hosts (the
@@ -251,7 +258,12 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   }
   if (alg.build == &buildBroadcastCma) {
     // The root writes one piece into each rank, which reads the other n - 2.
-    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte);
+    // Every rank must run for the exchange's two hand-offs, where the slot
+    // broadcast's readers copy out whenever they are scheduled.
+    const double oversubscribed = a.shm && a.size >= 4 * a.shm->cores()
+                                      ? std::max(0.0, N - double(a.shm->slotBytes())) * kCost.cmaOversubscribedUsPerByte
+                                      : 0;
+    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte) + oversubscribed;
   }
   if (alg.build == &buildAllReduceCma || alg.build == &buildReduceScatterCma) {
     // Forced only (RINGX_ALGO=all_reduce:cma, reduce_scatter:cma): against
