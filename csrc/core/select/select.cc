@@ -260,10 +260,10 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // The root writes one piece into each rank, which reads the other n - 2.
     // Every rank must run for the exchange's two hand-offs, where the slot
     // broadcast's readers copy out whenever they are scheduled.
-    const double oversubscribed = a.shm && a.size >= 4 * a.shm->cores()
-                                      ? std::max(0.0, N - double(a.shm->slotBytes())) * kCost.cmaOversubscribedUsPerByte
-                                      : 0;
-    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte) + oversubscribed;
+    const bool crowded = a.shm && a.size >= 4 * a.shm->cores();
+    const double beyondSlot = crowded ? std::max(0.0, N - double(a.shm->slotBytes())) : 0.0;
+    return kCost.cmaSyncUs + (n - 1) * (kCost.cmaCallUs + N / n * kCost.cmaUsPerByte) +
+           beyondSlot * kCost.cmaOversubscribedUsPerByte;
   }
   if (alg.build == &buildAllReduceCma || alg.build == &buildReduceScatterCma) {
     // Forced only (RINGX_ALGO=all_reduce:cma, reduce_scatter:cma): against
@@ -376,8 +376,8 @@ const Algorithm& cheapestAlgorithm(const CollArgs& args) {
 }
 
 std::optional<SelectionMemo::Shape> SelectionMemo::shapeOf(const CollArgs& a) {
-  if (a.device || !a.blocks.empty() || !a.inputBlocks.empty() || !a.sendBytes.empty() || !a.recvBytes.empty() ||
-      !a.sendOffsets.empty() || !a.recvOffsets.empty()) {
+  if (a.device || !a.blocks.empty() || !a.inputBlocks.empty() || !a.sendBytes.empty() ||
+      !a.recvBytes.empty() || !a.sendOffsets.empty() || !a.recvOffsets.empty()) {
     return std::nullopt;
   }
   return Shape{a.coll,
