@@ -47,8 +47,9 @@ BARRIERS = 20  # per timed barrier call: their mean
 FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
         "ringx dissemination": "barrier:dissemination", "ringx binomial": "broadcast:binomial"}
 FLAT_FOR = {"all_reduce": ["ringx ring", "ringx rabenseifner"], "all_gather": ["ringx ring"],
-            "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"], "broadcast": ["ringx binomial"]}
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter,broadcast,barrier"
+            "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"], "broadcast": ["ringx binomial"],
+            "all_to_all": []}
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier"
 
 _STREAM = r"""
 import socket, sys, time
@@ -182,6 +183,15 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root) -> floa
         dist.all_gather_into_tensor(out, src, group=group)
         took = time.perf_counter() - start
         ok = all(out[q * block].item() == q for q in range(world))
+    elif coll == "all_to_all":
+        # Block q of rank r's input goes to rank q: rank * world + q.
+        src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank * world
+        out = torch.empty(block * world)
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.all_to_all_single(out, src, group=group)
+        took = time.perf_counter() - start
+        ok = all(out[q * block].item() == q * world + rank for q in range(world))
     else:
         src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank
         out = torch.empty(block)
@@ -264,9 +274,13 @@ def main() -> int:
         med = {name: statistics.median(v) for name, v in times.items()}
         best_flat = min((med[name] for name in times if name in FLAT), default=float("nan"))
         # What must cross one host's link each way: all_reduce 2 (H-1)/H N,
-        # broadcast N, the others (H-1)/H N (N the whole buffer).
-        crossing = nbytes if coll == "broadcast" else nbytes * (args.hosts - 1) / args.hosts * (
-            2 if coll == "all_reduce" else 1)
+        # broadcast N, all_to_all L (n-L)/n N on the host of L ranks whose
+        # link carries most, the others (H-1)/H N (N the whole buffer).
+        if coll == "all_to_all":
+            crossing = max(on * (sum(ranks) - on) for on in ranks) / sum(ranks) * nbytes
+        else:
+            crossing = nbytes if coll == "broadcast" else nbytes * (args.hosts - 1) / args.hosts * (
+                2 if coll == "all_reduce" else 1)
         bound = crossing / link if args.hosts > 1 else float("nan")
         for name, v in times.items():
             row = {"collective": coll, "size": label, "bytes": nbytes, "config": name, "median_s": med[name],

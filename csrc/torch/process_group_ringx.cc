@@ -30,6 +30,12 @@ namespace ringx {
 
 namespace {
 
+// What RINGX_DEBUG=INFO names a call's algorithm: the schedule's own name,
+// which says what a hierarchical one runs between hosts ("hier(chain)").
+std::string_view algorithmLabel(const Schedule& built, const Algorithm& chosen) {
+  return built.algorithm().empty() ? chosen.name : std::string_view(built.algorithm());
+}
+
 [[noreturn]] void throwBackendError(const std::string& what) {
   throw c10::DistBackendError({__func__, __FILE__, uint32_t(__LINE__)}, what);
 }
@@ -364,7 +370,9 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
     for (size_t k = 0; k < pieces; ++k) {
       CollArgs& numbered = parts[k];
       numbered.seq = seq + k;
-      RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << algs[k]->name << ", " << numbered.bytes() << " bytes"
+      built.push_back(buildChecked(*algs[k], numbered));
+      RINGX_LOG(Info, call.ctx.prefix() << "algorithm " << algorithmLabel(built.back(), *algs[k]) << ", "
+                                        << numbered.bytes() << " bytes"
                                         << (numbered.blocks.empty()
                                                 ? std::string()
                                                 : ", " +
@@ -374,7 +382,6 @@ c10::intrusive_ptr<WorkRingx> ProcessGroupRingx::submitArgs(Call& call, const Co
                                         << (pieces > 1 ? " (piece " + std::to_string(k + 1) + " of " +
                                                              std::to_string(pieces) + ")"
                                                        : std::string()));
-      built.push_back(buildChecked(*algs[k], numbered));
     }
     return staging ? staging->wrap(std::move(built)) : std::move(built[0]);
   };

@@ -60,10 +60,11 @@ TEST_CASE("all_reduce sum and max agree with the closed form for every algorithm
   });
 }
 
-TEST_CASE("broadcast from every root delivers the root's buffer to every rank") {
+TEST_CASE("broadcast by the tree and by the chain delivers the root's buffer to every rank, from every root") {
+  auto build = GENERATE(&buildBroadcastBinomial, &buildBroadcastChain);
   auto size = GENERATE(1, 2, 3, 5, 8);
   auto count = GENERATE(size_t{0}, size_t{1}, size_t{1003}, size_t{65537});
-  CAPTURE(size, count);
+  CAPTURE(build == &buildBroadcastChain ? "chain" : "binomial", size, count);
   auto comms = makeWorld(size);
   for (int root = 0; root < size; ++root) {
     onEachRank(size, [&](int r) {
@@ -75,7 +76,7 @@ TEST_CASE("broadcast from every root delivers the root's buffer to every rank") 
       a.count = count;
       a.root = root;
       a.segmentBytes = 1024;
-      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "broadcast", root, buildBroadcastBinomial(a)));
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "broadcast", root, build(a)));
       RANK_REQUIRE_EACH(i, count, buf[i] == int32_t(root * 1000 + i));
     });
   }

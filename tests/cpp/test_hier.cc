@@ -137,9 +137,10 @@ TEST_CASE("the pipelined hierarchical all_reduce sends every message under its o
   REQUIRE(received.size() == recvs);
 }
 
-TEST_CASE("hierarchical all_gather puts every rank's block in place, in and out of place, on every layout") {
+TEST_CASE("hierarchical all_gather puts every rank's block in place, in and out of place, on every layout and size") {
   auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{2, 0, 1, 0, 1, 2});
-  auto count = GENERATE(size_t{1}, size_t{5}, size_t{3001});
+  // Up to many shared-memory chunks (4 KiB each here): several pipeline pieces.
+  auto count = GENERATE(size_t{1}, size_t{5}, size_t{3001}, size_t{70001});
   auto inPlace = GENERATE(false, true);
   CAPTURE(hostOf, count, inPlace);
   HostsWorld w(hostOf);
@@ -169,7 +170,7 @@ TEST_CASE("hierarchical all_gather puts every rank's block in place, in and out 
 
 TEST_CASE("hierarchical reduce_scatter gives rank r block r of the reduction, for every layout and op") {
   auto hostOf = GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}, std::vector<int>{2, 0, 1, 0, 1, 2});
-  auto count = GENERATE(size_t{1}, size_t{7}, size_t{3001});
+  auto count = GENERATE(size_t{1}, size_t{7}, size_t{3001}, size_t{70001});
   auto op = GENERATE(ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg, ReduceOp::PremulSum);
   CAPTURE(hostOf, count, reduceOpName(op));
   HostsWorld w(hostOf);
@@ -284,6 +285,40 @@ TEST_CASE("on uneven hosts the hierarchical all_reduce is there when forced, the
       REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
     }
   }
+}
+
+TEST_CASE("across hosts of one rank each the cost model takes the chain broadcast from 1 MiB, the tree below and on one host") {
+  // 8 hosts of one rank: the tree's root sends the buffer 3 times over its
+  // link, the chain once; the chain's 6 extra hops cost more than that only
+  // for small buffers.
+  CollArgs a{Collective::Broadcast, 0, 8, 1};
+  a.crossHost = true;
+  a.root = 3;
+  for (size_t count : {size_t{1}, size_t{1024}}) {
+    a.count = count;
+    CAPTURE(count);
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "binomial");
+  }
+  for (size_t count : {size_t{256} << 10, size_t{16} << 20}) {
+    a.count = count;
+    CAPTURE(count);
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "chain");
+    REQUIRE(selectAlgorithm(a, AlgoOverride("broadcast:binomial")).name == "binomial");
+    // On one host, over UCX, the tree stays: the chain is there when forced.
+    CollArgs one = a;
+    one.crossHost = false;
+    REQUIRE(selectAlgorithm(one, AlgoOverride("")).name == "binomial");
+    REQUIRE(selectAlgorithm(one, AlgoOverride("broadcast:chain")).name == "chain");
+  }
+  // Its segments shrink with the buffer, so a short one still fills the
+  // chain, and never pass the group's segment size.
+  a.count = size_t{256} << 10;
+  const size_t shortSegment = chainSegmentBytes(a);
+  REQUIRE(shortSegment < 64 * 1024);
+  a.count = size_t{256} << 20;
+  REQUIRE(chainSegmentBytes(a) == a.segmentBytes);
+  a.count = 1;
+  REQUIRE(chainSegmentBytes(a) == 16 * 1024);
 }
 
 TEST_CASE("hierarchical broadcast gives every rank the root's buffer, from every root, on every layout") {

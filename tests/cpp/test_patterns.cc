@@ -83,3 +83,13 @@ TEST_CASE("the busiest link of a binomial broadcast counts the tree edges crossi
   REQUIRE(hierarchy::busiestLinkEdgesAcrossHosts(5, 0) == 3);
   REQUIRE(hierarchy::busiestLinkEdgesAcrossHosts(8, 3) == 3);
 }
+
+TEST_CASE("the busiest link of a chain broadcast is crossed once each way on hosts of consecutive ranks") {
+  // From root 1 on 2 x 2: 1 -> 2 leaves host 0, 3 -> 0 comes back into it.
+  REQUIRE(hierarchy::chainBusiestLinkEdges({0, 0, 1, 1}, 0) == 1);
+  REQUIRE(hierarchy::chainBusiestLinkEdges({0, 0, 1, 1}, 1) == 1);
+  REQUIRE(hierarchy::chainBusiestLinkEdges({0, 1, 2, 3, 4, 5, 6, 7}, 5) == 1);
+  // Interleaved, every edge crosses: host 0 sends 0 -> 1 and 2 -> 3.
+  REQUIRE(hierarchy::chainBusiestLinkEdges({0, 1, 0, 1}, 0) == 2);
+  REQUIRE(hierarchy::chainBusiestLinkEdges({0, 0, 0}, 1) == 0);
+}

@@ -164,6 +164,9 @@ DEAD_PEER_CASES = [
     ("sigkill", "pending", "all_reduce", 1 << 20, 3, 1, (), ()),
     # Binomial tree from root 0 over 3 ranks (forced in CASE_ENV).
     ("sigkill", "pending", "broadcast", 1 << 20, 3, 1, (0,), (2,)),
+    # Chain 0 -> 1 -> 2 -> 3 (forced in CASE_ENV): the middle rank 2 dies; 1 sends to
+    # it, 3 receives from it, the root never talks to it.
+    ("sigkill", "pending", "broadcast", 1 << 20, 4, 2, (1, 3), (0,)),
     ("sigkill", "pending", "send_recv", 1 << 20, 3, 1, (0, 2), ()),  # 0 sends to it, 2 receives from it
     # Dies as soon as its sparse all_reduce's call returns (16 MiB of values per rank),
     # its counts or its data in flight to every survivor.
@@ -172,12 +175,13 @@ DEAD_PEER_CASES = [
     # Dies first: the survivors' calls return, and their waits lose it.
     ("sigkill", "idle", "sparse_all_reduce", 1 << 16, 3, 1, (), ()),
 ]
-# Settings for the cases of one (mode, op).
+# Settings for the cases of one (mode, op, world size).
 CASE_ENV = {
     # The shared-memory broadcast lets the root finish once its data is in its slots,
     # which a buffer of two slots or less is: with the binomial tree the root sends to
     # ranks 1 and 2 itself.
-    ("sigkill", "broadcast"): {"RINGX_ALGO": "broadcast:binomial"},
+    ("sigkill", "broadcast", 3): {"RINGX_ALGO": "broadcast:binomial"},
+    ("sigkill", "broadcast", 4): {"RINGX_ALGO": "broadcast:chain"},
 }
 
 
@@ -190,14 +194,14 @@ def _op_name(op, r):
 
 
 @pytest.mark.parametrize("mode,when,op,count,ws,victim,direct,independent", DEAD_PEER_CASES,
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in DEAD_PEER_CASES])
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}-w{c[4]}" for c in DEAD_PEER_CASES])
 def test_dead_peer(mode, when, op, count, ws, victim, direct, independent):
     """A rank dies (SIGKILL / os._exit / uncaught exception) with the survivors' op pending
     (or before they issue it): every survivor's pending and later calls fail within
     2 x the timeout, except a pending op that never needed the dead rank, which may
     complete; the ones that talk to the dead rank directly say "connection to rank V
     closed" (a single-copy algorithm adds why: "its process exited, or left the group, ...")."""
-    env = CASE_ENV.get((mode, op))
+    env = CASE_ENV.get((mode, op, ws))
     timeout = EXIT_TIMEOUT if mode == "exception" else FAULT_TIMEOUT
     out = launch("dead_peer.py", ws, mode, victim, timeout, when, op, count, env=env)
     dying = out[victim].event("dying")

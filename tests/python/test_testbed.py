@@ -51,22 +51,40 @@ def test_torchrun_job_spans_shaped_hosts_and_leaves_nothing_behind():
     assert namespaces() == before
 
 
+def quick_job(hosts, per_host, **bed):
+    """testbed_rank.py --quick on `hosts` hosts of `per_host` ranks, every call's algorithm
+    logged: checks that every rank computed right and returns the logs."""
+    with testbed.Testbed(hosts, **bed) as tb:
+        codes, logs = tb.torchrun(per_host, os.path.join(HERE, "testbed_rank.py"), ["--quick"],
+                                  env={"RINGX_DEBUG": "INFO"}, timeout=120)
+    text = "\n".join(logs)
+    assert codes == [0] * hosts, text[-6000:]
+    world = hosts * per_host
+    for r in range(world):
+        assert f"testbed rank {r}/{world} on host{r // per_host}: ok" in text, text[-6000:]
+    return text
+
+
 def test_four_hosts_of_two_ranks_run_the_hierarchical_all_reduce_broadcast_and_all_gather():
     """The wide layout of issue 45, 4 hosts x 2 ranks (8 ranks on the machine's cores):
     ringx sees four hosts of two, chooses the hierarchical algorithms, and they compute
     right. Kept short (--quick: three sizes of all_reduce, all_gather, broadcast)."""
-    with testbed.Testbed(4) as tb:
-        codes, logs = tb.torchrun(2, os.path.join(HERE, "testbed_rank.py"), ["--quick"],
-                                  env={"RINGX_DEBUG": "INFO"}, timeout=120)
-    text = "\n".join(logs)
-    assert codes == [0] * 4, text[-6000:]
-    for r in range(8):
-        assert f"testbed rank {r}/8 on host{r // 2}: ok" in text, text[-6000:]
+    text = quick_job(4, 2)
     assert re.search(r"4 hosts: " + "; ".join(rf"host {h} = ranks {2 * h}-{2 * h + 1} \(shared memory, [\w -]+\)"
                                                 for h in range(4)), text), text[-6000:]
-    # broadcast is from rank 7, on the last host.
+    # broadcast is from rank 7, on the last host; 1.2 MB of it crosses among the four
+    # hosts along a chain.
     for coll in ("all_reduce", "all_gather", "broadcast"):
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
+    assert re.search(r"broadcast \(rank \d, seq \d+\): algorithm hier\(chain\), 1200000 bytes", text), text[-6000:]
+
+
+def test_hosts_of_one_rank_each_broadcast_a_large_buffer_along_a_chain_and_a_small_one_by_the_tree():
+    """Three hosts of one rank: no host shares memory, so broadcast is flat; the
+    binomial tree for 4 KB, the chain, which crosses every link once, for 1.2 MB."""
+    text = quick_job(3, 1, rate="1gbit")
+    assert re.search(r"broadcast \(rank \d, seq \d+\): algorithm binomial, 4000 bytes", text), text[-6000:]
+    assert re.search(r"broadcast \(rank \d, seq \d+\): algorithm chain, 1200000 bytes", text), text[-6000:]
 
 
 def test_ranks_in_pid_namespaces_of_their_own_share_their_hosts_memory_and_compute_right():

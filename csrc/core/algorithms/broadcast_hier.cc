@@ -14,6 +14,11 @@ namespace {
 // many blocks, each of at least this many shared-memory chunks.
 constexpr size_t kMaxBroadcastBlocks = 16;
 constexpr size_t kMinChunksPerBroadcastBlock = 2;
+// Blocks on the wire at once. UCX moves the messages posted to one peer side
+// by side: with every block's inter-host phase posted at once, all blocks
+// arrived together near the end, and no host's shared-memory broadcast
+// overlapped the link. Two keep the link busy while one block's arrives.
+constexpr size_t kBlocksInFlight = 2;
 
 }  // namespace
 
@@ -27,8 +32,9 @@ constexpr size_t kMinChunksPerBroadcastBlock = 2;
 // pipeline blocks of whole chunks (HostLayout::chunkBytes, which every host
 // agreed on, so the blocks match across hosts); for each block b:
 //   1. inter-host broadcast of block b from the root's host among the
-//      leaders, by the cheapest flat broadcast for that many hosts (every
-//      block's phase posted at once, each under its own tags);
+//      leaders, by the cheapest flat broadcast for that many hosts (each
+//      block's phase under its own tags, starting once the phase of block
+//      b - kBlocksInFlight has ended);
 //   2. intra-host shared-memory broadcast of block b from the leader
 //      (broadcast_shm.cc), which the leader starts once its phase 1 of the
 //      block is done.
@@ -67,6 +73,7 @@ Schedule buildBroadcastHier(const CollArgs& a) {
 
   std::string inter = "none";
   StepId prev = kNoStep;
+  std::vector<StepId> acrossDone(blocks, kNoStep);
   for (size_t b = 0; b < blocks; ++b) {
     std::byte* block = buf + blockStart(b) * es;
     const size_t count = blockStart(b + 1) - blockStart(b);
@@ -76,8 +83,10 @@ Schedule buildBroadcastHier(const CollArgs& a) {
       across.root = rootHost;
       across.buf = block;
       across.count = count;
-      auto [ends, name] = appendAcrossHosts(s, a, across, kNoStep, leaders, b, blocks);
-      ready.insert(ready.end(), ends.begin(), ends.end());
+      const StepId after = b >= kBlocksInFlight ? acrossDone[b - kBlocksInFlight] : kNoStep;
+      auto [ends, name] = appendAcrossHosts(s, a, across, after, leaders, b, blocks);
+      acrossDone[b] = s.join(ends);
+      ready.push_back(acrossDone[b]);
       inter = name;
     }
     if (!h.shm) continue;

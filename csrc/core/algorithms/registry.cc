@@ -17,6 +17,8 @@ bool singleCopy(const CollArgs& a) { return sharedMemory(a) && a.cma != nullptr;
 // The single-copy reduce-scatter reads peers' inputs as they are, so it
 // cannot scale each by its own rank's PREMUL_SUM factor.
 bool singleCopyUnscaled(const CollArgs& a) { return singleCopy(a) && a.op != ReduceOp::PremulSum; }
+// With two ranks the chain is the binomial tree's one edge.
+bool threeOrMore(const CollArgs& a) { return a.size >= 3; }
 bool hierarchical(const CollArgs& a) { return a.hosts != nullptr && !a.device; }
 bool hierarchicalEven(const CollArgs& a) { return hierarchical(a) && a.hosts->even; }
 
@@ -50,6 +52,10 @@ constexpr std::array kAlgorithms{
               &buildAllReduceHier},
     Algorithm{"binomial", Collective::Broadcast, "pipelined binomial tree from the root", "any root",
               &always, &buildBroadcastBinomial},
+    Algorithm{"chain", Collective::Broadcast,
+              "segments travel from the root along the ring of ranks, each rank forwarding what "
+              "it received; every link carries the buffer once",
+              "world size 3 or more", &threeOrMore, &buildBroadcastChain},
     Algorithm{"shm", Collective::Broadcast,
               "the root copies slot-sized chunks into shared memory, the others copy them out, pipelined",
               "all ranks on one host", &sharedMemory, &buildBroadcastShm},

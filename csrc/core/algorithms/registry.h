@@ -45,6 +45,7 @@ Schedule buildAllGatherShm(const CollArgs& a);
 Schedule buildAllToAllShm(const CollArgs& a);
 Schedule buildReduceScatterShm(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
+Schedule buildBroadcastChain(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);
 Schedule buildReduceBinomial(const CollArgs& a);
 Schedule buildReduceScatterRing(const CollArgs& a);

@@ -1,6 +1,6 @@
-// How much of the narrow inter-host links a broadcast tree uses: pure
-// arithmetic over which host each rank is on, for the cost model to compare
-// the flat binomial tree with the hierarchical broadcast.
+// How much of the narrow inter-host links a broadcast uses: pure arithmetic
+// over which host each rank is on, for the cost model to compare the flat
+// binomial tree, the flat chain and the hierarchical broadcast.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +24,23 @@ inline int busiestLinkEdges(const std::vector<int>& hostOf, int root) {
       ++out[size_t(hostOf[size_t(r)])];
       ++in[size_t(hostOf[size_t(c)])];
     }
+  }
+  int most = 0;
+  for (int h = 0; h < hosts; ++h) most = std::max({most, out[size_t(h)], in[size_t(h)]});
+  return most;
+}
+
+// The same for the chain root, root+1, ..., root-1: on hosts of consecutive
+// ranks once each way, on interleaved ones more often.
+inline int chainBusiestLinkEdges(const std::vector<int>& hostOf, int root) {
+  const int n = int(hostOf.size());
+  const int hosts = n ? *std::max_element(hostOf.begin(), hostOf.end()) + 1 : 0;
+  std::vector<int> out(size_t(hosts), 0), in(size_t(hosts), 0);
+  for (int i = 0; i + 1 < n; ++i) {
+    const int from = hostOf[size_t((root + i) % n)], to = hostOf[size_t((root + i + 1) % n)];
+    if (from == to) continue;
+    ++out[size_t(from)];
+    ++in[size_t(to)];
   }
   int most = 0;
   for (int h = 0; h < hosts; ++h) most = std::max({most, out[size_t(h)], in[size_t(h)]});

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #include "core/algorithms/hier_steps.h"
 #include "core/algorithms/host_layout.h"
@@ -146,7 +147,33 @@ double schedulerRoundUs(const CollArgs& a) {
   return turns > 1 ? turns * kCost.roundUsPerRank : 0.0;
 }
 
+// Which host each of the group's ranks is on, for the broadcasts' link use:
+// the layout's where the hierarchical algorithms apply, else, across hosts,
+// one host per rank (no host holds two), else one host for all.
+std::vector<int> hostOfRanks(const CollArgs& a) {
+  std::vector<int> hostOf(size_t(a.size), 0);
+  if (a.hosts) {
+    for (int hh = 0; hh < a.hosts->hosts; ++hh) {
+      for (int r : a.hosts->hostRanks[size_t(hh)]) hostOf[size_t(r)] = hh;
+    }
+  } else if (a.crossHost) {
+    for (int r = 0; r < a.size; ++r) hostOf[size_t(r)] = r;
+  }
+  return hostOf;
+}
+
 }  // namespace
+
+size_t chainSegmentBytes(const CollArgs& a) {
+  // The chain's time is (N / s + n - 2) (alpha + s beta): smallest at
+  // s = sqrt(N alpha / ((n - 2) beta)).
+  const double alpha = a.crossHost ? kCost.interAlphaUs : kCost.alphaUs;
+  const double beta = a.crossHost ? kCost.interBetaUsPerByte : kCost.betaUsPerByte;
+  const double hops = std::max(1, a.size - 2);
+  const double best = std::sqrt(double(a.bytes()) * alpha / (hops * beta));
+  const double most = double(std::max<size_t>(1, a.segmentBytes));
+  return size_t(std::clamp(best, std::min(16384.0, most), most));
+}
 
 double estimateUs(const Algorithm& alg, const CollArgs& a) {
   const double n = a.size, N = double(a.bytes());
@@ -194,10 +221,7 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // broadcast, and the last pipeline block's shared-memory broadcast
     // (about 1/16 of the buffer; the others run while later blocks cross).
     const HostLayout& h = *a.hosts;
-    std::vector<int> hostOf(size_t(a.size), 0);
-    for (int hh = 0; hh < h.hosts; ++hh) {
-      for (int r : h.hostRanks[size_t(hh)]) hostOf[size_t(r)] = hh;
-    }
+    const std::vector<int> hostOf = hostOfRanks(a);
     const int rootHost = hostOf[size_t(a.root)];
     if (hierarchy::busiestLinkEdgesAcrossHosts(h.hosts, rootHost) >= hierarchy::busiestLinkEdges(hostOf, a.root)) {
       return std::numeric_limits<double>::infinity();
@@ -243,6 +267,27 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // alone copies out, and it is the slowest rank).
     const double chunks = shmChunks(N);
     return chunks * 3 * kCost.shmSyncUs + N * ((2 - 1 / n) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
+  }
+  if (alg.build == &buildBroadcastBinomial && a.crossHost) {
+    // Pipelined, the tree is as fast as its busiest link: a host sends the
+    // buffer once per child it has on other hosts (the root's host
+    // ceil(log2 n) times when every rank has a host of its own).
+    const int edges = std::max(1, hierarchy::busiestLinkEdges(hostOfRanks(a), a.root));
+    return lg * alpha + edges * N * beta;
+  }
+  if (alg.build == &buildBroadcastChain) {
+    // Forced only (RINGX_ALGO=broadcast:chain) on one host, where no link is
+    // shared and every hop costs a copy and a wake-up: through UCX's shared
+    // memory (RINGX_SHM=0, world 4 on the 2-core VM, 2026-11-30, two
+    // alternating runs, three patterns) it took 0.97-2.0x the tree's time at
+    // 256 KiB, 1.08-2.9x at 1 MiB, 0.70-1.38x at 4 MiB, 0.98-1.25x at 16 MiB.
+    if (!a.crossHost) return std::numeric_limits<double>::infinity();
+    // Segments plus the chain's fill, each a message and a segment over the
+    // busiest link, which carries the buffer once per chain edge crossing it.
+    const double seg = std::min(N, double(chainSegmentBytes(a)));
+    const double segments = std::max(1.0, std::ceil(N / std::max(1.0, seg)));
+    const int edges = std::max(1, hierarchy::chainBusiestLinkEdges(hostOfRanks(a), a.root));
+    return (segments + n - 2) * (alpha + seg * beta * edges);
   }
   if (alg.build == &buildBroadcastShm) {
     // A counter hand-off per chunk; the root's copy-in of one chunk overlaps

@@ -27,6 +27,11 @@ class AlgoOverride {
 // Estimated microseconds for one algorithm on these arguments.
 double estimateUs(const Algorithm& alg, const CollArgs& args);
 
+// The chain broadcast's segment: the size that minimises its estimate
+// (segments plus the chain's fill), between 16 KiB and args.segmentBytes.
+// Every rank derives the same one from the same call.
+size_t chainSegmentBytes(const CollArgs& args);
+
 const Algorithm& selectAlgorithm(const CollArgs& args, const AlgoOverride& override);
 
 // The model's choice alone, for the algorithms that pick their own parts
