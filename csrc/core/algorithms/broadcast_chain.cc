@@ -1,30 +1,18 @@
-#include <vector>
-
 #include "core/algorithms/registry.h"
+#include "core/algorithms/send_window.h"
 #include "core/patterns/ring.h"
 #include "core/select/select.h"
 
 namespace ringx {
-
-namespace {
-
-// Sends a rank keeps posted at once. UCX moves the messages posted to one
-// peer side by side, so with every segment posted at once all of them
-// arrived together near the end, and the next rank forwarded nothing until
-// then: on the 1 Gbit/s test bed the chain ran at half the link's rate at
-// any segment size (3 to 8 hosts). Four keep the link busy while each
-// segment arrives whole in about its own time.
-constexpr size_t kChainSendsInFlight = 4;
-
-}  // namespace
 
 // Pipelined chain broadcast: the root's buffer travels segment by segment
 // along the ring root, root+1, ..., root-1.
 //
 // Terms: each rank receives segment g from its left neighbour straight into
 // its buffer and forwards it to its right neighbour as soon as it has arrived;
-// the last rank of the chain only receives. Segments are the cost model's
-// pipeline size (chainSegmentBytes), so a short buffer still fills the chain.
+// the last rank of the chain only receives, and each keeps kSendsInFlight
+// sends posted (send_window.h). Segments are the cost model's pipeline size
+// (chainSegmentBytes), so a short buffer still fills the chain.
 //
 // Bytes on the wire: N into and out of every rank but the ends, so a link
 // carries the buffer once each way, where the binomial tree's root sends it
@@ -46,14 +34,12 @@ Schedule buildBroadcastChain(const CollArgs& a) {
   const int right = ring::right(a.rank, a.size);
   const bool forwards = pos != a.size - 1;
   auto* buf = static_cast<std::byte*>(a.buf);
-  std::vector<StepId> sent;
+  SendWindow window;
   for (size_t g = 0; g < nseg; ++g) {
     std::byte* p = buf + g * seg * es;
     const size_t bytes = ring::segmentLen(a.count, seg, g) * es;
     const StepId have = pos > 0 ? s.recv(left, collTag(a.seq, g), p, bytes) : kNoStep;
-    if (!forwards) continue;
-    const StepId window = g >= kChainSendsInFlight ? sent[g - kChainSendsInFlight] : kNoStep;
-    sent.push_back(s.send(right, collTag(a.seq, g), p, bytes, {have, window}));
+    if (forwards) window.pace(s, s.send(right, collTag(a.seq, g), p, bytes, {have}));
   }
   return s;
 }
