@@ -45,10 +45,12 @@ const std::vector<Setting> kSettings = {
      nullptr, false,
      "How long a thread that progresses ringx (the caller waiting on its op, or the progress thread) "
      "polls after its last piece of work before it sleeps: on its doorbell in shared memory, which the "
-     "peers it waits for ring, when it waits only for peers on this host, otherwise on the UCX worker's "
-     "event fd. Also how long an op nobody waits on may sit before the progress thread takes it. `auto` "
-     "spins only where a spin costs no other rank its core: when this host's ranks (`LOCAL_WORLD_SIZE`, "
-     "or the group's ranks on the host if more) are no more than the CPUs the process may use; "
+     "peers it waits for ring, when it waits only for peers on this host; on the UCX worker's event fd "
+     "when it waits only for the network; on the doorbell for at most 200 us at a time, looking at the "
+     "network between, when it waits for both. Also how long an op nobody waits on may sit before the "
+     "progress thread takes it. `auto` spins only where a spin costs no other rank its core: when "
+     "this host's ranks (`LOCAL_WORLD_SIZE`, or the group's ranks on the host if more) are no more "
+     "than the CPUs the process may use; "
      "`RINGX_DEBUG=INFO` logs the choice. Not the default: on the loaded 2-core VM `auto` (no spin with "
      "4-32 ranks) was slower than 50 us (docs/benchmarks.md, \"Waiting with more ranks than cores\")."},
     {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,

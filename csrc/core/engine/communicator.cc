@@ -195,7 +195,7 @@ Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::
       continue;
     }
     takeNap(nap);
-    if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
+    if (nap.restartsSpin()) idleSince = Clock::now();
   }
   const bool pending = !closed_ && hasPending();
   pl.unlock();

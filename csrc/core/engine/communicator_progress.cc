@@ -24,16 +24,26 @@ bool Communicator::hasPending() const {
   return !submitted_.empty();
 }
 
-// Everything pending waits on peers' shared-memory counters, nothing on the
-// transport or a device: the doorbell is then the one thing worth sleeping on.
-bool Communicator::onlyPolling() const {
-  bool polling = false;
+// Nothing pending waits on a device, whose events ring no doorbell.
+bool Communicator::noDeviceWork() const {
   for (auto& a : active_) {
     if (a->ended) continue;
-    if (!a->inflight.empty() || !a->onDevice.empty()) return false;
+    if (!a->onDevice.empty()) return false;
     for (StepId id : a->polling) {
       if (a->op->schedule.pollOnDevice(a->op->schedule.steps()[id])) return false;
     }
+  }
+  return true;
+}
+
+// Everything pending waits on peers' shared-memory counters, nothing on the
+// transport or a device: the doorbell is then the one thing worth sleeping on.
+bool Communicator::onlyPolling() const {
+  if (!noDeviceWork()) return false;
+  bool polling = false;
+  for (auto& a : active_) {
+    if (a->ended) continue;
+    if (!a->inflight.empty()) return false;
     polling |= !a->polling.empty();
   }
   return polling;
@@ -121,12 +131,20 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
   if (Clock::now() - idleSince < options_.spin) {
     nap.kind = Nap::Kind::Yield;
   } else if (polling) {
-    nap.kind = options_.bell && onlyPolling() ? Nap::Kind::Bell : Nap::Kind::Yield;
+    if (options_.bell && onlyPolling()) {
+      nap.kind = Nap::Kind::Bell;
+    } else if (options_.bell && noDeviceWork()) {
+      nap.kind = Nap::Kind::Bell;
+      nap.slice = true;
+    } else {
+      nap.kind = Nap::Kind::Yield;
+    }
   } else if (transport_->arm()) {
     nap.kind = Nap::Kind::Events;
   }
   if (nap.kind == Nap::Kind::Bell) nap.waitsFor = awaitedBells();
   nap.max = untilNextDeadline(until);
+  if (nap.slice) nap.max = std::min(nap.max, kMixedNapSlice);
   nap.exits = peerExitsChecked_;
   std::lock_guard<std::mutex> lock(mu_);
   nap.workGen = workGen_;
@@ -275,7 +293,7 @@ void Communicator::progressLoop() {
     }
     pl.unlock();
     takeNap(nap);
-    if (nap.kind == Nap::Kind::Bell || nap.kind == Nap::Kind::Events) idleSince = Clock::now();
+    if (nap.restartsSpin()) idleSince = Clock::now();
   }
   std::lock_guard<std::mutex> pl(progressMu_);
   startSubmitted();
