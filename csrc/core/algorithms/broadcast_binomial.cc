@@ -20,13 +20,9 @@ Schedule buildBroadcastBinomial(const CollArgs& a) {
   s.setAlgorithm("binomial");
   if (a.size == 1 || a.count == 0) return s;
   const size_t es = dtypeSize(a.dtype);
-  const size_t segElems = std::max<size_t>(1, a.segmentBytes / es);
-  size_t nseg = ring::numSegments(a.count, segElems);
-  size_t seg = segElems;
-  while (nseg > kMaxTagIndex) {
-    seg *= 2;
-    nseg = ring::numSegments(a.count, seg);
-  }
+  const size_t seg =
+      ring::segmentWithin(a.count, std::max<size_t>(1, a.segmentBytes / es), kMaxTagIndex);
+  const size_t nseg = ring::numSegments(a.count, seg);
   auto* buf = static_cast<std::byte*>(a.buf);
   const int parent = tree::binomialParent(a.rank, a.root, a.size);
   const std::vector<int> children = tree::binomialChildren(a.rank, a.root, a.size);

@@ -23,12 +23,9 @@ Schedule buildBroadcastChain(const CollArgs& a) {
   s.setAlgorithm("chain");
   if (a.size == 1 || a.count == 0) return s;
   const size_t es = dtypeSize(a.dtype);
-  size_t seg = std::max<size_t>(1, chainSegmentBytes(a) / es);
-  size_t nseg = ring::numSegments(a.count, seg);
-  while (nseg > kMaxTagIndex) {
-    seg *= 2;
-    nseg = ring::numSegments(a.count, seg);
-  }
+  const size_t seg =
+      ring::segmentWithin(a.count, std::max<size_t>(1, chainSegmentBytes(a) / es), kMaxTagIndex);
+  const size_t nseg = ring::numSegments(a.count, seg);
   const int pos = ring::mod(a.rank - a.root, a.size);
   const int left = ring::left(a.rank, a.size);
   const int right = ring::right(a.rank, a.size);

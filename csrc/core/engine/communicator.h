@@ -142,8 +142,8 @@ class Communicator {
   void wakeProgressThread();
   bool pass();
   bool hasPending() const;
-  bool onlyPolling() const;
   bool noDeviceWork() const;
+  bool transfersInFlight() const;
   struct Nap {
     enum class Kind { None, Yield, Bell, Events } kind = Kind::None;
     std::chrono::microseconds max{0};

@@ -36,17 +36,9 @@ bool Communicator::noDeviceWork() const {
   return true;
 }
 
-// Everything pending waits on peers' shared-memory counters, nothing on the
-// transport or a device: the doorbell is then the one thing worth sleeping on.
-bool Communicator::onlyPolling() const {
-  if (!noDeviceWork()) return false;
-  bool polling = false;
-  for (auto& a : active_) {
-    if (a->ended) continue;
-    if (!a->inflight.empty()) return false;
-    polling |= !a->polling.empty();
-  }
-  return polling;
+bool Communicator::transfersInFlight() const {
+  return std::any_of(active_.begin(), active_.end(),
+                     [](auto& a) { return !a->ended && !a->inflight.empty(); });
 }
 
 std::chrono::microseconds Communicator::untilNextDeadline(std::optional<Clock::time_point> until) const {
@@ -130,15 +122,14 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
                                    [](auto& a) { return !a->ended && (!a->polling.empty() || !a->onDevice.empty()); });
   if (Clock::now() - idleSince < options_.spin) {
     nap.kind = Nap::Kind::Yield;
+  } else if (polling && options_.bell && noDeviceWork()) {
+    // Polls on peers' shared-memory counters, whose moves ring the doorbell:
+    // the one thing worth sleeping on, in slices while transfers are in
+    // flight too.
+    nap.kind = Nap::Kind::Bell;
+    nap.slice = transfersInFlight();
   } else if (polling) {
-    if (options_.bell && onlyPolling()) {
-      nap.kind = Nap::Kind::Bell;
-    } else if (options_.bell && noDeviceWork()) {
-      nap.kind = Nap::Kind::Bell;
-      nap.slice = true;
-    } else {
-      nap.kind = Nap::Kind::Yield;
-    }
+    nap.kind = Nap::Kind::Yield;
   } else if (transport_->arm()) {
     nap.kind = Nap::Kind::Events;
   }

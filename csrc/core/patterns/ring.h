@@ -26,5 +26,11 @@ inline size_t numSegments(size_t len, size_t segElems) { return (len + segElems 
 inline size_t segmentLen(size_t len, size_t segElems, size_t g) {
   return std::min(segElems, len - g * segElems);
 }
+// `segElems`, doubled as often as it takes to cut `len` into at most `most`
+// segments (each segment's message index must fit a tag).
+inline size_t segmentWithin(size_t len, size_t segElems, size_t most) {
+  while (numSegments(len, segElems) > most) segElems *= 2;
+  return segElems;
+}
 
 }  // namespace ringx::ring
