@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""all_reduce, all_gather, reduce_scatter and broadcast across hosts on the namespace
-test bed (tools/testbed.py): ringx's hierarchical algorithms against its flat ones and
+"""all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, gather and scatter
+across hosts on the namespace test bed (tools/testbed.py): ringx's hierarchical algorithms against its flat ones and
 gloo, and against the link's bound; barrier beside them.
 
     python benchmarks/testbed.py                        # 2 hosts x 2 ranks, 1gbit links
@@ -23,8 +23,11 @@ input. The link rate is measured, not assumed: before the job, one TCP stream ea
 way between host 0 and host 1 at once, through the same shaped links. The bound is
 the bytes that must cross one host's link each way over that rate: 2 (H-1)/H N for
 all_reduce (each host's partial sum out, the total back), N for broadcast (into every
-host but the root's), (H-1)/H N for the others. broadcast's root is --root (default 1:
-on 2 x 2 hosts the flat binomial tree from it crosses the root host's link twice).
+host but the root's), (n-L)/n N for gather and scatter (everything but the root host's
+own L blocks, through its link), L (n-L)/n N for all_to_all on the host of L ranks
+whose link carries most, (H-1)/H N for the others. broadcast's, gather's and scatter's
+root is --root (default 1: on 2 x 2 hosts the flat binomial tree from it crosses the
+root host's link twice).
 """
 
 from __future__ import annotations
@@ -45,11 +48,14 @@ DEFAULT_SIZES = "4KiB,1MiB,64MiB"
 BARRIERS = 20  # per timed barrier call: their mean
 # The flat algorithms forced for comparison (RINGX_ALGO), and which collective each serves.
 FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
-        "ringx dissemination": "barrier:dissemination", "ringx binomial": "broadcast:binomial"}
+        "ringx dissemination": "barrier:dissemination",
+        "ringx binomial": "broadcast:binomial,gather:binomial,scatter:binomial",
+        "ringx direct": "gather:direct,scatter:direct"}
 FLAT_FOR = {"all_reduce": ["ringx ring", "ringx rabenseifner"], "all_gather": ["ringx ring"],
             "reduce_scatter": ["ringx ring"], "barrier": ["ringx dissemination"], "broadcast": ["ringx binomial"],
-            "all_to_all": []}
-COLLECTIVES = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,barrier"
+            "all_to_all": [], "gather": ["ringx binomial", "ringx direct"],
+            "scatter": ["ringx binomial", "ringx direct"]}
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,gather,scatter,barrier"
 
 _STREAM = r"""
 import socket, sys, time
@@ -192,6 +198,22 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root) -> floa
         dist.all_to_all_single(out, src, group=group)
         took = time.perf_counter() - start
         ok = all(out[q * block].item() == q * world + rank for q in range(world))
+    elif coll == "gather":
+        src = torch.full((block,), float(rank))
+        outs = [torch.empty(block) for _ in range(world)] if rank == root else None
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.gather(src, outs, dst=root, group=group)
+        took = time.perf_counter() - start
+        ok = rank != root or all(outs[q][-1].item() == q for q in range(world))
+    elif coll == "scatter":
+        srcs = [torch.full((block,), float(q)) for q in range(world)] if rank == root else None
+        out = torch.empty(block)
+        dist.barrier(group=sync)
+        start = time.perf_counter()
+        dist.scatter(out, srcs, src=root, group=group)
+        took = time.perf_counter() - start
+        ok = block == 0 or (out[0].item() == rank and out[-1].item() == rank)
     else:
         src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank
         out = torch.empty(block)
@@ -275,9 +297,14 @@ def main() -> int:
         best_flat = min((med[name] for name in times if name in FLAT), default=float("nan"))
         # What must cross one host's link each way: all_reduce 2 (H-1)/H N,
         # broadcast N, all_to_all L (n-L)/n N on the host of L ranks whose
-        # link carries most, the others (H-1)/H N (N the whole buffer).
+        # link carries most, gather and scatter (n-L)/n N on the root's host
+        # of L ranks, the others (H-1)/H N (N the whole buffer).
         if coll == "all_to_all":
             crossing = max(on * (sum(ranks) - on) for on in ranks) / sum(ranks) * nbytes
+        elif coll in ("gather", "scatter"):
+            first = [sum(ranks[:h]) for h in range(len(ranks))]
+            on = next(ranks[h] for h in range(len(ranks)) if first[h] <= args.root < first[h] + ranks[h])
+            crossing = (sum(ranks) - on) / sum(ranks) * nbytes
         else:
             crossing = nbytes if coll == "broadcast" else nbytes * (args.hosts - 1) / args.hosts * (
                 2 if coll == "all_reduce" else 1)

@@ -78,7 +78,6 @@ std::optional<std::vector<void*>> separateBlocks(const std::vector<at::Tensor>& 
 }  // namespace
 
 const Algorithm* ProcessGroupRingx::inPlaceAlgorithm(const CollArgs& args) const {
-  if (!args.cma) return nullptr;  // only the single-copy algorithms take separate blocks
   try {
     const Algorithm& chosen = selectAlgorithm(args, algo_);
     return takesSeparateBlocks(chosen) ? &chosen : nullptr;
@@ -89,7 +88,6 @@ const Algorithm* ProcessGroupRingx::inPlaceAlgorithm(const CollArgs& args) const
 
 bool ProcessGroupRingx::takeBlocksInPlace(Call& call, CollArgs& args, const std::vector<at::Tensor>& ts,
                                           const at::Tensor& other) const {
-  if (!args.cma) return false;
   auto blocks = separateBlocks(ts, args.bytes(), other);
   if (!blocks) return false;
   const Algorithm* chosen = inPlaceAlgorithm(args);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <numeric>
+#include <string>
 
 #include "core/transport/loopback/loopback_transport.h"
 #include "test_support.h"
@@ -108,12 +109,16 @@ TEST_CASE("all_to_all with uneven and empty blocks delivers each block to its ra
 
 TEST_CASE("gather collects every rank's block on the root and scatter hands them back, from every root") {
   auto size = GENERATE(1, 2, 3, 6, 8);
-  auto count = GENERATE(size_t{0}, size_t{1}, size_t{17});
-  CAPTURE(size, count);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{17}, size_t{5000});
+  // Direct: also into and out of separate blocks, and in segments of 4 KiB.
+  auto form = GENERATE(as<std::string>{}, "binomial", "direct", "direct, separate blocks");
+  CAPTURE(size, count, form);
+  const bool direct = form != "binomial", separate = form == "direct, separate blocks";
   auto comms = makeWorld(size);
   for (int root = 0; root < size; ++root) {
     onEachRank(size, [&](int r) {
       std::vector<int64_t> mine(count), all(count * size, -1), back(count, -1);
+      std::vector<std::vector<int64_t>> parts(size_t(size), std::vector<int64_t>(count, -1));
       for (size_t i = 0; i < count; ++i) mine[i] = r * 1000 + int64_t(i);
       CollArgs g{Collective::Gather, r, size, uint64_t(2 * root)};
       g.dtype = DType::I64;
@@ -121,19 +126,30 @@ TEST_CASE("gather collects every rank's block on the root and scatter hands them
       g.buf = all.data();
       g.count = count;
       g.root = root;
-      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "gather", g.seq, buildGatherBinomial(g)));
+      g.segmentBytes = 4096;
+      if (separate && r == root) {
+        for (auto& p : parts) g.blocks.push_back(p.data());
+      }
+      Schedule gather = direct ? buildGatherDirect(g) : buildGatherBinomial(g);
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "gather", g.seq, std::move(gather)));
       if (r == root) {
         for (int q = 0; q < size; ++q) {
-          RANK_REQUIRE_EACH(i, count, all[q * count + i] == q * 1000 + int64_t(i));
+          const int64_t* got = separate ? parts[size_t(q)].data() : all.data() + q * count;
+          RANK_REQUIRE_EACH(i, count, got[i] == q * 1000 + int64_t(i));
         }
       }
       CollArgs s{Collective::Scatter, r, size, uint64_t(2 * root + 1)};
       s.dtype = DType::I64;
-      s.input = all.data();
+      s.input = separate ? nullptr : all.data();
       s.buf = back.data();
       s.count = count;
       s.root = root;
-      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "scatter", s.seq, buildScatterBinomial(s)));
+      s.segmentBytes = 4096;
+      if (separate && r == root) {
+        for (auto& p : parts) s.blocks.push_back(p.data());
+      }
+      Schedule scatter = direct ? buildScatterDirect(s) : buildScatterBinomial(s);
+      RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "scatter", s.seq, std::move(scatter)));
       RANK_REQUIRE(back == mine);
     });
   }

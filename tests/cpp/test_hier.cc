@@ -8,6 +8,7 @@
 
 #include "core/algorithms/host_layout.h"
 #include "core/algorithms/identity.h"
+#include "core/patterns/hierarchy.h"
 #include "core/select/select.h"
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
@@ -319,6 +320,46 @@ TEST_CASE("across hosts of one rank each the cost model takes the chain broadcas
   REQUIRE(chainSegmentBytes(a) == a.segmentBytes);
   a.count = 1;
   REQUIRE(chainSegmentBytes(a) == 16 * 1024);
+}
+
+TEST_CASE("across hosts the cost model sends gather's and scatter's blocks directly, "
+          "small ones at many hosts by the tree") {
+  for (Collective coll : {Collective::Gather, Collective::Scatter}) {
+    CAPTURE(collectiveName(coll));
+    CollArgs a{coll, 0, 8, 1};
+    a.crossHost = true;
+    a.root = 3;
+    for (size_t count : {size_t{1}, size_t{1024}, size_t{1} << 20}) {
+      a.count = count;
+      CAPTURE(count);
+      REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "direct");
+      // On one host, over UCX, the root would take every message itself: the tree.
+      CollArgs one = a;
+      one.crossHost = false;
+      REQUIRE(selectAlgorithm(one, AlgoOverride("")).name == "binomial");
+    }
+    // 64 hosts: 63 messages at the root cost more than the tree's 6 rounds for
+    // small blocks; large ones wait in the tree's largest subtree.
+    a.size = 64;
+    a.count = 1;
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "binomial");
+    a.count = size_t{1} << 18;
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "direct");
+  }
+}
+
+TEST_CASE("the binomial gather tree's runs cross links more often than the direct gather's") {
+  // 4 hosts of 2, root 1: the tree's subtree of virtual ranks 4-7 (ranks 5, 6, 7, 0)
+  // sends rank 0's block out of host 0 and back in with the others'.
+  const std::vector<int> hostOf{0, 0, 1, 1, 2, 2, 3, 3};
+  REQUIRE(hierarchy::directGatherBusiestLinkBlocks(hostOf, 1) == 6);
+  REQUIRE(hierarchy::binomialGatherBusiestLinkBlocks(hostOf, 1) == 7);
+  // Root 0: the tree's runs happen to follow the hosts.
+  REQUIRE(hierarchy::binomialGatherBusiestLinkBlocks(hostOf, 0) == 6);
+  // One rank per host: every block enters the root's host once either way.
+  const std::vector<int> own{0, 1, 2, 3, 4, 5, 6, 7};
+  REQUIRE(hierarchy::directGatherBusiestLinkBlocks(own, 5) == 7);
+  REQUIRE(hierarchy::binomialGatherBusiestLinkBlocks(own, 5) == 7);
 }
 
 TEST_CASE("hierarchical broadcast gives every rank the root's buffer, from every root, on every layout") {

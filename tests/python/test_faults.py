@@ -167,6 +167,9 @@ DEAD_PEER_CASES = [
     # Chain 0 -> 1 -> 2 -> 3 (forced in CASE_ENV): the middle rank 2 dies; 1 sends to
     # it, 3 receives from it, the root never talks to it.
     ("sigkill", "pending", "broadcast", 1 << 20, 4, 2, (1, 3), (0,)),
+    # Direct gather to root 0 (forced in CASE_ENV): the root receives from the victim,
+    # rank 1 only sends to the root.
+    ("sigkill", "pending", "gather", 1 << 20, 3, 2, (0,), (1,)),
     ("sigkill", "pending", "send_recv", 1 << 20, 3, 1, (0, 2), ()),  # 0 sends to it, 2 receives from it
     # Dies as soon as its sparse all_reduce's call returns (16 MiB of values per rank),
     # its counts or its data in flight to every survivor.
@@ -182,6 +185,7 @@ CASE_ENV = {
     # ranks 1 and 2 itself.
     ("sigkill", "broadcast", 3): {"RINGX_ALGO": "broadcast:binomial"},
     ("sigkill", "broadcast", 4): {"RINGX_ALGO": "broadcast:chain"},
+    ("sigkill", "gather", 3): {"RINGX_ALGO": "gather:direct"},
 }
 
 

@@ -67,8 +67,9 @@ def quick_job(hosts, per_host, **bed):
 
 def test_four_hosts_of_two_ranks_run_the_hierarchical_all_reduce_broadcast_and_all_gather():
     """The wide layout of issue 45, 4 hosts x 2 ranks (8 ranks on the machine's cores):
-    ringx sees four hosts of two, chooses the hierarchical algorithms, and they compute
-    right. Kept short (--quick: three sizes of all_reduce, all_gather, broadcast)."""
+    ringx sees four hosts of two, chooses the hierarchical algorithms (and the direct
+    gather and scatter), and they compute right. Kept short (--quick: three sizes of
+    all_reduce, all_gather, broadcast, gather, scatter)."""
     text = quick_job(4, 2)
     assert re.search(r"4 hosts: " + "; ".join(rf"host {h} = ranks {2 * h}-{2 * h + 1} \(shared memory, [\w -]+\)"
                                                 for h in range(4)), text), text[-6000:]
@@ -77,6 +78,11 @@ def test_four_hosts_of_two_ranks_run_the_hierarchical_all_reduce_broadcast_and_a
     for coll in ("all_reduce", "all_gather", "broadcast"):
         assert re.search(rf"{coll}\w* \(rank \d, seq \d+\): algorithm hier", text), (coll, text[-6000:])
     assert re.search(r"broadcast \(rank \d, seq \d+\): algorithm hier\(chain\), 1200000 bytes", text), text[-6000:]
+    # gather and scatter go straight between each rank and the root, into and out of the
+    # root's separate tensors.
+    for coll in ("gather", "scatter"):
+        assert re.search(rf"\b{coll} \(rank 1, seq \d+\): algorithm direct, 1200000 bytes, 8 separate tensors in place",
+                         text), (coll, text[-6000:])
 
 
 def test_hosts_of_one_rank_each_broadcast_a_large_buffer_along_a_chain_and_a_small_one_by_the_tree():

@@ -3,8 +3,8 @@ collective kind across hosts against closed forms, all_reduce over the ops, dtyp
 sizes the hierarchical algorithms cut differently (empty, fewer elements than ranks,
 several shared-memory chunks, in flight together), all_gather and reduce_scatter on
 tensors, and prints one line per rank (with its pid namespace). With --quick, only the
-first part: all_reduce, all_gather and broadcast at three sizes (for the wide layouts,
-whose 8 ranks share 2 cores)."""
+first part: all_reduce, all_gather, broadcast, gather and scatter at three sizes (for the
+wide layouts, whose 8 ranks share 2 cores)."""
 
 import datetime
 import os
@@ -32,6 +32,17 @@ for count in (1, 1000, 300000):
     dist.broadcast(b, src=world - 1)
     if not torch.equal(b, torch.full((count,), float(world - 1))):
         wrong.append(f"broadcast {count}")
+    # gather and scatter through rank 1, host 0's second rank or host 1's first, with
+    # separate tensors for the blocks.
+    root = 1 % world
+    got = [torch.empty(count) for _ in range(world)] if rank == root else None
+    dist.gather(torch.full((count,), float(rank)), got, dst=root)
+    if rank == root and any(not torch.equal(o, torch.full((count,), float(q))) for q, o in enumerate(got)):
+        wrong.append(f"gather {count}")
+    mine = torch.empty(count)
+    dist.scatter(mine, [torch.full((count,), float(q)) for q in range(world)] if rank == root else None, src=root)
+    if not torch.equal(mine, torch.full((count,), float(rank))):
+        wrong.append(f"scatter {count}")
 
 
 def inputs(count, dtype, r):

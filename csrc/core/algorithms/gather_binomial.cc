@@ -5,14 +5,6 @@
 
 namespace ringx {
 
-namespace {
-
-// Ranks renumbered so the root is 0: the subtree of virtual rank v holds the
-// contiguous run of virtual ranks [v, v + subtreeSize(v)).
-int subtreeSize(int v, int n) { return v == 0 ? n : std::min(v & -v, n - v); }
-
-}  // namespace
-
 // Binomial-tree gather.
 //
 // Terms: each rank collects the blocks of its subtree into a run ordered by
@@ -29,12 +21,13 @@ Schedule buildGatherBinomial(const CollArgs& a) {
   const size_t block = a.bytes();
   const int v = tree::toVirtual(r, a.root, n);
   const int parent = tree::binomialParent(r, a.root, n);
-  const int mine = subtreeSize(v, n);
+  const int mine = tree::binomialSubtreeSize(v, n);
   std::byte* run = s.scratch(mine * block);
   std::vector<StepId> arrived{block ? s.copy(run, a.input, block) : kNoStep};
   for (int c : tree::binomialChildren(r, a.root, n)) {
     const int vc = tree::toVirtual(c, a.root, n);
-    arrived.push_back(s.recv(c, collTag(a.seq, 0), run + (vc - v) * block, subtreeSize(vc, n) * block));
+    const size_t runBytes = tree::binomialSubtreeSize(vc, n) * block;
+    arrived.push_back(s.recv(c, collTag(a.seq, 0), run + (vc - v) * block, runBytes));
   }
   if (parent >= 0) {
     s.add({StepKind::Send, parent, collTag(a.seq, 0), nullptr, run, mine * block}, arrived);
@@ -57,7 +50,7 @@ Schedule buildScatterBinomial(const CollArgs& a) {
   const size_t block = a.bytes();
   const int v = tree::toVirtual(r, a.root, n);
   const int parent = tree::binomialParent(r, a.root, n);
-  const int mine = subtreeSize(v, n);
+  const int mine = tree::binomialSubtreeSize(v, n);
   std::byte* run = s.scratch(mine * block);
   std::vector<StepId> ready;
   if (parent >= 0) {
@@ -70,8 +63,8 @@ Schedule buildScatterBinomial(const CollArgs& a) {
   }
   for (int c : tree::binomialChildren(r, a.root, n)) {
     const int vc = tree::toVirtual(c, a.root, n);
-    s.add({StepKind::Send, c, collTag(a.seq, 0), nullptr, run + (vc - v) * block, subtreeSize(vc, n) * block},
-          ready);
+    const size_t runBytes = tree::binomialSubtreeSize(vc, n) * block;
+    s.add({StepKind::Send, c, collTag(a.seq, 0), nullptr, run + (vc - v) * block, runBytes}, ready);
   }
   if (block) s.add({StepKind::Copy, -1, 0, a.buf, run, block}, ready);
   return s;

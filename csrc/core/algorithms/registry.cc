@@ -110,6 +110,10 @@ constexpr std::array kAlgorithms{
               &buildAllToAllCma},
     Algorithm{"binomial", Collective::Gather, "subtrees gather into contiguous runs on the way up a binomial tree",
               "any root", &always, &buildGatherBinomial},
+    Algorithm{"direct", Collective::Gather,
+              "every rank sends its block straight to the root; across hosts, each block crosses "
+              "one link once",
+              "any root", &always, &buildGatherDirect},
     Algorithm{"shm", Collective::Gather,
               "each rank copies its block into shared memory and the root copies all blocks out, chunk by chunk",
               "all ranks on one host", &sharedMemory, &buildGatherShm},
@@ -118,6 +122,10 @@ constexpr std::array kAlgorithms{
               "all ranks on one host, able to read each other's memory", &singleCopy, &buildGatherCma},
     Algorithm{"binomial", Collective::Scatter, "subtree runs split off on the way down a binomial tree", "any root",
               &always, &buildScatterBinomial},
+    Algorithm{"direct", Collective::Scatter,
+              "the root sends every block straight to its rank; across hosts, each block crosses "
+              "one link once",
+              "any root", &always, &buildScatterDirect},
     Algorithm{"shm", Collective::Scatter,
               "the root copies a piece of every block into its slot and each rank copies its own piece out",
               "all ranks on one host", &sharedMemory, &buildScatterShm},
@@ -136,7 +144,8 @@ std::span<const Algorithm> algorithms() { return kAlgorithms; }
 
 bool takesSeparateBlocks(const Algorithm& alg) {
   return alg.build == &buildAllGatherCma || alg.build == &buildGatherCma || alg.build == &buildScatterCma ||
-         alg.build == &buildAllToAllCma;
+         alg.build == &buildAllToAllCma || alg.build == &buildGatherDirect ||
+         alg.build == &buildScatterDirect;
 }
 
 std::string algorithmNames(Collective coll) {

@@ -26,8 +26,8 @@ std::span<const Algorithm> algorithms();
 std::string algorithmNames(Collective coll);
 
 // Whether `alg` reads or writes CollArgs::blocks (and inputBlocks) in place:
-// the single-copy all_gather, gather, scatter and all_to_all; the others
-// need the blocks packed.
+// the single-copy all_gather, gather, scatter and all_to_all, and the direct
+// gather and scatter; the others need the blocks packed.
 bool takesSeparateBlocks(const Algorithm& alg);
 
 // Builders, one per file (<coll>_<alg>.cc).
@@ -52,6 +52,8 @@ Schedule buildReduceScatterRing(const CollArgs& a);
 Schedule buildAllToAllPairwise(const CollArgs& a);
 Schedule buildGatherBinomial(const CollArgs& a);
 Schedule buildScatterBinomial(const CollArgs& a);
+Schedule buildGatherDirect(const CollArgs& a);
+Schedule buildScatterDirect(const CollArgs& a);
 Schedule buildBarrierDissemination(const CollArgs& a);
 Schedule buildBarrierShm(const CollArgs& a);
 Schedule buildGatherShm(const CollArgs& a);

@@ -3,6 +3,7 @@
 // its children add each lower power of two that stays inside the group.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 namespace ringx::tree {
@@ -28,6 +29,12 @@ inline std::vector<int> binomialChildren(int rank, int root, int size) {
     if (mask < limit && v + mask < size) children.push_back(toReal(v + mask, root, size));
   }
   return children;
+}
+
+// How many virtual ranks the subtree of virtual rank v holds: the contiguous
+// run [v, v + binomialSubtreeSize(v, size)).
+inline int binomialSubtreeSize(int v, int size) {
+  return v == 0 ? size : std::min(v & -v, size - v);
 }
 
 }  // namespace ringx::tree

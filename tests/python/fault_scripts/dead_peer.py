@@ -9,7 +9,7 @@ MODE   how the victim dies: sigkill (SIGKILL to itself), exit (os._exit(7)),
 WHEN   pending: the survivors' operation is already pending when the victim dies;
        idle: the survivors wait for the death (the victim's pid is gone) and only
        then issue the operation.
-OP     all_reduce | broadcast (root 0) | send_recv (rank 0 sends to the victim; any
+OP     all_reduce | broadcast (root 0) | gather (root 0) | send_recv (rank 0 sends to the victim; any
        other survivor waits on a recv from the victim) | sparse_all_reduce (async_op=
        True; one op in the background: its nonzero counts, then its indices and values.
        pending: the victim too starts it and dies as soon as its call returns, its
@@ -92,6 +92,9 @@ def body():
         start = lambda: dist.all_reduce(x, async_op=True)  # noqa: E731
     elif OP == "broadcast":
         start = lambda: dist.broadcast(x, src=0, async_op=True)  # noqa: E731
+    elif OP == "gather":
+        got = [torch.empty(COUNT) for _ in range(n)] if r == 0 else None
+        start = lambda: dist.gather(x, got, dst=0, async_op=True)  # noqa: E731
     elif OP == "send_recv":
         start = lambda: dist.isend(x, dst=VICTIM) if r == 0 else dist.irecv(x, src=VICTIM)  # noqa: E731
     elif OP == "sparse_all_reduce":
