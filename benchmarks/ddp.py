@@ -53,7 +53,6 @@ import heapq
 import json
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -404,18 +403,14 @@ def _worker(rank, ws, port, args, out_path):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_world(ws, args):
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix=f"ringx-ddp-bench-w{ws}-")
-    port = _free_port()
+    from collectives import free_port
+
+    port = free_port()
     paths = [os.path.join(tmp, f"rank{r}.json") for r in range(ws)]
     procs = [ctx.Process(target=_worker, args=(r, ws, port, args, paths[r]), daemon=True)
              for r in range(ws)]

@@ -45,13 +45,12 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from collectives import machine
+from collectives import free_ports, machine
 
 CASES = ("op-alone", "op-xN", "w1-alone", "w1-xN", "fake-xN", "fake-xN-yield", "w1-xN-yield", "wN", "wN-gloo")
 SWITCH_CASES = ("fake-xN-yield", "w1-xN-yield")
@@ -122,28 +121,13 @@ def worker(case: str, start_at: float, seconds: float, calls: int, out: str) -> 
                    "cpu_per_call": cpu / n * 1e6}, f)
 
 
-def distinct_ports(n: int) -> list[int]:
-    """n ports free now and different from each other: one picked per process at a time
-    can come back twice once the previous pick's socket has closed."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def run_case(case: str, world: int, seconds: float, calls: int, tmp: str, settle: float) -> dict:
     """Start the case's processes, return the slowest process's percentiles (a collective
     goes at the pace of its slowest rank)."""
     together = 1 if case.endswith("alone") else world
     one_group = case in ("wN", "wN-gloo")
     start_at = time.time() + (1.0 if case.startswith("op") else settle)
-    ports = distinct_ports(together)
+    ports = free_ports(together)
     procs, outs = [], []
     for r in range(together):
         env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
