@@ -40,7 +40,8 @@ def pid_alive(pid):
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
         return state not in ("Z", "X")
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        # ProcessLookupError: the process went between the open and the read.
         return False
 
 
