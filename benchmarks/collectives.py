@@ -29,8 +29,6 @@ import mmap
 import os
 import platform
 import signal
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,9 +36,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(HERE, "..", "tests", "python"))
 
 import _collectives_report as report  # noqa: E402
 import _collectives_targets as targets  # noqa: E402
+# tests/python/ports.py; floor.py and ddp.py take free_ports and free_port from here.
+from ports import free_port, free_ports  # noqa: E402,F401
 
 PATTERNS = ["back-to-back", "compute-gap", "interleaved"]
 
@@ -287,40 +288,6 @@ def _loadavg() -> str:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
-
-
-def free_ports(n: int) -> list[int]:
-    """n ports free now and different from each other, below the kernel's ephemeral range:
-    a port bound to 0 comes from that range, where an outgoing connection (UCX's TCP
-    transport makes many) can take it as its source port before the TCPStore binds it
-    (EADDRINUSE, seen once in a make test run)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    candidates = list(range(max(1024, low - 12000), low))
-    random.shuffle(candidates)
-    socks = []
-    try:
-        for port in candidates:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-            if len(socks) == n:
-                return [t.getsockname()[1] for t in socks]
-        raise RuntimeError("no free ports below the ephemeral range")
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
 
 
 # ------------------------------------------------------------------ launching

@@ -8,21 +8,37 @@ namespace ringx {
 
 namespace {
 
-// Blocks travel in the pipeline's segments, kSendsInFlight at a time per
-// peer, as the chain broadcast's do (send_window.h): on the test bed a 64 MiB
-// gather sent as one message per block took 336-345 ms on 2 x 2 hosts and
-// 171-180 on 3 + 1, in segments 288-298 and 151 (2026-11-30, one run each).
-struct Segments {
-  size_t elems, count, es;
-  explicit Segments(const CollArgs& a)
-      : elems(ring::segmentWithin(
-            a.count, std::max<size_t>(1, a.segmentBytes / dtypeSize(a.dtype)), kMaxTagIndex)),
-        count(ring::numSegments(a.count, elems)),
-        es(dtypeSize(a.dtype)) {}
-  size_t offset(size_t g) const { return g * elems * es; }
-  size_t bytes(const CollArgs& a, size_t g) const {
-    return ring::segmentLen(a.count, elems, g) * es;
+// One block's trip between a rank and the root: in the pipeline's segments,
+// kSendsInFlight sends posted at a time, as the chain broadcast's
+// (send_window.h). On the test bed a 64 MiB gather sent as one message per
+// block took 336-345 ms on 2 x 2 hosts and 171-180 on 3 + 1, in segments
+// 288-298 and 151 (2026-11-30, one run each).
+class BlockSegments {
+ public:
+  explicit BlockSegments(const CollArgs& a)
+      : seq_(a.seq),
+        es_(dtypeSize(a.dtype)),
+        total_(a.count),
+        elems_(ring::segmentWithin(total_, std::max<size_t>(1, a.segmentBytes / es_),
+                                   kMaxTagIndex)) {}
+
+  void send(Schedule& s, int peer, const std::byte* from) const {
+    SendWindow window;
+    for (size_t g = 0; g < count(); ++g) {
+      window.pace(s, s.send(peer, collTag(seq_, g), from + offset(g), bytes(g)));
+    }
   }
+  void recv(Schedule& s, int peer, std::byte* to) const {
+    for (size_t g = 0; g < count(); ++g) s.recv(peer, collTag(seq_, g), to + offset(g), bytes(g));
+  }
+
+ private:
+  size_t count() const { return ring::numSegments(total_, elems_); }
+  size_t offset(size_t g) const { return g * elems_ * es_; }
+  size_t bytes(size_t g) const { return ring::segmentLen(total_, elems_, g) * es_; }
+
+  uint64_t seq_;
+  size_t es_, total_, elems_;
 };
 
 }  // namespace
@@ -41,13 +57,10 @@ Schedule buildGatherDirect(const CollArgs& a) {
   s.setAlgorithm("direct");
   const size_t block = a.bytes();
   if (block == 0) return s;
-  const Segments seg(a);
+  const BlockSegments segments(a);
+  const auto* in = static_cast<const std::byte*>(a.input);
   if (a.rank != a.root) {
-    const auto* in = static_cast<const std::byte*>(a.input);
-    SendWindow window;
-    for (size_t g = 0; g < seg.count; ++g) {
-      window.pace(s, s.send(a.root, collTag(a.seq, g), in + seg.offset(g), seg.bytes(a, g)));
-    }
+    segments.send(s, a.root, in);
     return s;
   }
   auto* out = static_cast<std::byte*>(a.buf);
@@ -55,11 +68,9 @@ Schedule buildGatherDirect(const CollArgs& a) {
     auto* to = a.blocks.empty() ? out + size_t(q) * block
                                 : static_cast<std::byte*>(a.blocks[size_t(q)]);
     if (q == a.rank) {
-      s.copy(to, a.input, block);
-      continue;
-    }
-    for (size_t g = 0; g < seg.count; ++g) {
-      s.recv(q, collTag(a.seq, g), to + seg.offset(g), seg.bytes(a, g));
+      s.copy(to, in, block);
+    } else {
+      segments.recv(s, q, to);
     }
   }
   return s;
@@ -72,12 +83,10 @@ Schedule buildScatterDirect(const CollArgs& a) {
   s.setAlgorithm("direct");
   const size_t block = a.bytes();
   if (block == 0) return s;
-  const Segments seg(a);
+  const BlockSegments segments(a);
   auto* out = static_cast<std::byte*>(a.buf);
   if (a.rank != a.root) {
-    for (size_t g = 0; g < seg.count; ++g) {
-      s.recv(a.root, collTag(a.seq, g), out + seg.offset(g), seg.bytes(a, g));
-    }
+    segments.recv(s, a.root, out);
     return s;
   }
   const auto* in = static_cast<const std::byte*>(a.input);
@@ -86,11 +95,8 @@ Schedule buildScatterDirect(const CollArgs& a) {
                                         : static_cast<const std::byte*>(a.blocks[size_t(q)]);
     if (q == a.rank) {
       s.copy(out, from, block);
-      continue;
-    }
-    SendWindow window;
-    for (size_t g = 0; g < seg.count; ++g) {
-      window.pace(s, s.send(q, collTag(a.seq, g), from + seg.offset(g), seg.bytes(a, g)));
+    } else {
+      segments.send(s, q, from);
     }
   }
   return s;
