@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/algorithms/hier_steps.h"
 #include "core/algorithms/host_layout.h"
 #include "core/algorithms/identity.h"
 #include "core/patterns/hierarchy.h"
@@ -118,22 +119,31 @@ TEST_CASE("hierarchical all_reduce matches the closed form on every host layout,
   });
 }
 
-TEST_CASE("the pipelined hierarchical all_reduce sends every message under its own tag") {
-  // Pipeline blocks run their inter-host phases at once; two messages to one
-  // peer under one tag could land in each other's receives.
+TEST_CASE("the pipelined hierarchical collectives send every message under its own tag") {
+  // Pipeline blocks run their inter-host phases side by side; two messages
+  // to one peer under one tag could land in each other's receives.
+  const Collective coll =
+      GENERATE(Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter);
+  CAPTURE(collectiveName(coll));
   HostsWorld w({0, 0, 1, 1});
-  std::vector<float> buf(70001);
+  const size_t count = 70001;
+  std::vector<float> in(4 * count), out(4 * count);
   CollArgs a = w.args(0, 1);
-  a.buf = buf.data();
-  a.count = buf.size();
-  const Schedule s = hier().build(a);
+  a.coll = coll;
+  a.input = coll == Collective::AllReduce ? nullptr : in.data();
+  a.buf = out.data();
+  a.count = count;
+  // Whole messages: each inter-host phase sends one per peer and step.
+  a.segmentBytes = size_t(1) << 20;
+  const Schedule s = hier(coll).build(a);
   std::set<std::pair<int, uint64_t>> sent, received;
   size_t sends = 0, recvs = 0;
   for (const Step& st : s.steps()) {
     if (st.kind == StepKind::Send) sends++, sent.insert({st.peer, st.tag});
     if (st.kind == StepKind::Recv) recvs++, received.insert({st.peer, st.tag});
   }
-  REQUIRE(sends > 2);
+  // 70001 elements in 4 KiB chunks: 16 pipeline blocks, each crossing apart.
+  REQUIRE(sends >= PipelineBlocks::kMaxBlocks);
   REQUIRE(sent.size() == sends);
   REQUIRE(received.size() == recvs);
 }

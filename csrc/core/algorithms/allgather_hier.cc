@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/algorithms/hier_steps.h"
 #include "core/algorithms/registry.h"
@@ -13,14 +15,18 @@ namespace ringx {
 //   1. inter-host all-gather of this rank's block among the ranks with its
 //      local rank on every host (one sub-group per local rank, all at once),
 //      by the cheapest flat all-gather, into a scratch "row" of H blocks;
-//      beside it, an intra-host all-gather of the host's own L blocks
-//      through shared memory, which needs nothing from the other hosts;
-//   2. then an intra-host all-gather of the rows' other H - 1 blocks, slot-
-//      sized pieces at a time: every rank copies local rank q's row out block
-//      by block to the places of the group ranks (host h, local rank q).
+//      the block goes in PipelineBlocks, each piece's phase under its own
+//      tags and starting once the one kBlocksInFlight before it has ended,
+//      and the row holds piece b of every host's block end to end;
+//   2. beside it, an intra-host all-gather of the host's own L blocks through
+//      shared memory, which needs nothing from the other hosts;
+//   3. once a piece has crossed, an intra-host all-gather of the other H - 1
+//      hosts' parts of it, slot-sized at a time: every rank copies local rank
+//      q's part out to the places of the group ranks (host h, local rank q),
+//      while the next piece crosses.
 // On 2 x 2 test-bed hosts the inter-host phase alone nearly reached the
 // link's bound and the shared-memory phase after it added 60-100 ms at
-// 64 MiB; the own blocks are 1/H of that phase.
+// 64 MiB; now only the last piece's part of it follows the link.
 // Bytes across a host's link each way: L (H-1) blocks, the least possible.
 Schedule buildAllGatherHier(const CollArgs& a) {
   const HostLayout& h = *a.hosts;
@@ -35,24 +41,33 @@ Schedule buildAllGatherHier(const CollArgs& a) {
   auto* out = static_cast<std::byte*>(a.buf);
   const auto* in = a.input ? static_cast<const std::byte*>(a.input) : out + size_t(a.rank) * blockBytes;
   std::byte* row = s.scratch(size_t(H) * blockBytes);
+  const PipelineBlocks pieces(a.count, h.chunkBytes / es);
 
-  CollArgs across = acrossHostsArgs(a, a.op);
-  across.input = in;
-  across.buf = row;
-  across.count = a.count;
-  auto [last, inter] = appendAcrossHosts(s, a, across, kNoStep);
+  std::string_view inter;
+  std::vector<StepId> crossed(pieces.size(), kNoStep);
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    CollArgs across = acrossHostsArgs(a, a.op);
+    across.input = in + pieces.start(b) * es;
+    across.buf = row + size_t(H) * pieces.start(b) * es;
+    across.count = pieces.len(b);
+    const StepId after = b >= kBlocksInFlight ? crossed[b - kBlocksInFlight] : kNoStep;
+    auto [ends, name] = appendAcrossHosts(s, a, across, after, h.across, b, pieces.size());
+    crossed[b] = s.join(ends);
+    inter = name;
+  }
 
   const ShmArea::SlotHeader header = identityOf(a);
   const HostLayout* layout = &h;
   const size_t count = a.count, slotElems = shm->slotBytes() / es;
   const int self = h.localRank;
   const bool inPlace = a.input == nullptr;
-  StepId local = kNoStep;
+  StepId prev = kNoStep;
   const ShmChunks own(shm, count, slotElems);
   own.forEach([&](uint64_t id, int, size_t start, size_t len) {
-    local = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + start * es, len * es); },
-                      local);
-    local = shmReadAll(
+    prev = shmCopyIn(
+        s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, in + start * es, len * es); },
+        prev);
+    prev = shmReadAll(
         s, shm, id, header,
         [=](int which) {
           for (int q = 0; q < L; ++q) {
@@ -63,43 +78,46 @@ Schedule buildAllGatherHier(const CollArgs& a) {
             std::memcpy(out + size_t(layout->groupRank(me, q)) * blockBytes + start * es, from, len * es);
           }
         },
-        local);
-  });
-  last.push_back(local);
-  StepId prev = s.join(last);
-
-  // Element e of the other hosts' part of a row is row element
-  // e + count where its block lies at or past this host's.
-  auto rowElem = [=](size_t e) { return e / count < size_t(me) ? e : e + count; };
-  const ShmChunks others(shm, size_t(H - 1) * count, slotElems);
-  others.forEach([&](uint64_t id, int, size_t start, size_t len) {
-    prev = shmCopyIn(
-        s, shm, id, header,
-        [=](std::byte* slot) {
-          for (size_t e = start; e < start + len;) {
-            const size_t n = std::min(count - e % count, start + len - e);
-            std::memcpy(slot + (e - start) * es, row + rowElem(e) * es, n * es);
-            e += n;
-          }
-        },
         prev);
-    prev = shmReadAll(
-        s, shm, id, header,
-        [=](int which) {
-          for (int q = 0; q < L; ++q) {
-            const std::byte* piece = shm->slot(q, which);
-            // Block b of the row is group rank (host b, rank q)'s.
+  });
+
+  for (size_t b = 0; b < pieces.size(); ++b) {
+    const StepId both[] = {prev, crossed[b]};
+    prev = s.join(both);
+    // Element e of the other hosts' parts of piece b (m elements each, in
+    // host order without this host): host hostOf(e), element e % m of the
+    // piece; in the row at rowAt + hostOf(e) m + e % m.
+    const size_t m = pieces.len(b), first = pieces.start(b), rowAt = size_t(H) * first;
+    auto hostOf = [=](size_t e) { return e / m < size_t(me) ? e / m : e / m + 1; };
+    const ShmChunks others(shm, size_t(H - 1) * m, slotElems);
+    others.forEach([&](uint64_t id, int, size_t start, size_t len) {
+      prev = shmCopyIn(
+          s, shm, id, header,
+          [=](std::byte* slot) {
             for (size_t e = start; e < start + len;) {
-              const size_t r = rowElem(e), b = r / count, inBlock = r % count;
-              const size_t n = std::min(count - inBlock, start + len - e);
-              std::memcpy(out + size_t(layout->groupRank(int(b), q)) * blockBytes + inBlock * es,
-                          piece + (e - start) * es, n * es);
+              const size_t n = std::min(m - e % m, start + len - e);
+              const std::byte* from = row + (rowAt + hostOf(e) * m + e % m) * es;
+              std::memcpy(slot + (e - start) * es, from, n * es);
               e += n;
             }
-          }
-        },
-        prev);
-  });
+          },
+          prev);
+      prev = shmReadAll(
+          s, shm, id, header,
+          [=](int which) {
+            for (int q = 0; q < L; ++q) {
+              const std::byte* part = shm->slot(q, which);
+              for (size_t e = start; e < start + len;) {
+                const size_t n = std::min(m - e % m, start + len - e);
+                const size_t to = size_t(layout->groupRank(int(hostOf(e)), q)) * blockBytes;
+                std::memcpy(out + to + (first + e % m) * es, part + (e - start) * es, n * es);
+                e += n;
+              }
+            }
+          },
+          prev);
+    });
+  }
   s.setAlgorithm("hier(" + std::string(inter) + ")");
   return s;
 }

@@ -13,13 +13,6 @@ namespace ringx {
 
 namespace {
 
-// The buffer is cut into at most this many pipeline blocks: what cannot
-// overlap the inter-host phase (the first block's reduce-scatter, the last
-// one's all-gather) is then at most 1/16 of the shared-memory work.
-constexpr size_t kMaxBlocks = 16;
-// Blocks of fewer shared-memory chunks would add inter-host phases (each a
-// latency) for little overlap.
-constexpr size_t kMinChunksPerBlock = 2;
 // Blocks whose reduce-scatter runs before the all-gather of a block waiting
 // for its inter-host phase: with two, the next block's inter-host phase is
 // already on the wire when one ends, so the link never idles on shared memory.
@@ -36,8 +29,8 @@ constexpr size_t kLookahead = 2;
 // ranks any host has (HostLayout::portions). On a host with L ranks, local
 // rank l owns the portions p with p % L == l (one each when every host has
 // P ranks; all P on a host with one rank), and its "share" is those portions
-// laid end to end in a scratch buffer. Consecutive chunks form up to
-// kMaxBlocks pipeline blocks, each taken through three phases:
+// laid end to end in a scratch buffer. Consecutive chunks form
+// PipelineBlocks, each taken through three phases:
 //   1. intra-host reduce-scatter (shared memory): every rank copies each
 //      chunk into its slot; each rank reduces its portions out of its
 //      host's L slots into its share;
@@ -73,20 +66,15 @@ Schedule buildAllReduceHier(const CollArgs& a) {
   const DType dtype = a.dtype;
   const ReduceNFn reduce = reduceNFn(a.dtype, sumOp);
   const ShmArea::SlotHeader header = identityOf(a);
-  const size_t chunkElems = h.chunkBytes / es;
-  const size_t chunks = ring::numSegments(a.count, chunkElems);
-  const size_t blocks = std::max<size_t>(1, std::min(kMaxBlocks, chunks / kMinChunksPerBlock));
-  // Block b: elements [blockStart(b), blockStart(b + 1)), whole chunks.
-  auto blockStart = [&](size_t b) {
-    return std::min(a.count, ring::chunkStart(chunks, int(blocks), int(b)) * chunkElems);
-  };
+  const PipelineBlocks pipeline(a.count, h.chunkBytes / es);
+  const size_t chunkElems = pipeline.chunkElems(), blocks = pipeline.size();
   std::vector<int> owned;
   for (int p = l; p < P; p += L) owned.push_back(p);
   // Where the share of block b's j-th owned portion starts ([b * owned + j]):
   // the portions before it, of its chunks and the earlier blocks', end to end.
   std::vector<size_t> shareAt(blocks * owned.size() + 1, 0);
   for (size_t b = 0, k = 0; b < blocks; ++b) {
-    const size_t count = blockStart(b + 1) - blockStart(b);
+    const size_t count = pipeline.len(b);
     for (const int p : owned) {
       shareAt[k + 1] = shareAt[k];
       for (size_t at = 0; at < count; at += chunkElems) {
@@ -113,9 +101,9 @@ Schedule buildAllReduceHier(const CollArgs& a) {
   // into and out of the share by plain copies.
   auto copyBlock = [&](size_t b, bool out) {
     std::vector<StepId> done;
-    for (size_t at = 0; at < blockStart(b + 1) - blockStart(b); at += chunkElems) {
-      std::byte* chunk = buf + (blockStart(b) + at) * es;
-      const size_t m = std::min(chunkElems, blockStart(b + 1) - blockStart(b) - at);
+    for (size_t at = 0; at < pipeline.len(b); at += chunkElems) {
+      std::byte* chunk = buf + (pipeline.start(b) + at) * es;
+      const size_t m = std::min(chunkElems, pipeline.len(b) - at);
       const std::vector<std::byte*> shares = sharesOf(b, at);
       for (size_t j = 0; j < owned.size(); ++j) {
         const size_t off = ring::chunkStart(m, P, owned[j]) * es, bytes = ring::chunkLen(m, P, owned[j]) * es;
@@ -133,9 +121,9 @@ Schedule buildAllReduceHier(const CollArgs& a) {
   };
   auto scatterBlock = [&](size_t b) {
     if (!shm) return copyBlock(b, false);
-    const ShmChunks part(shm, blockStart(b + 1) - blockStart(b), chunkElems);
+    const ShmChunks part(shm, pipeline.len(b), chunkElems);
     part.forEach([&](uint64_t id, int, size_t at, size_t m) {
-      const std::byte* chunk = buf + (blockStart(b) + at) * es;
+      const std::byte* chunk = buf + (pipeline.start(b) + at) * es;
       const std::vector<std::byte*> outs = sharesOf(b, at);
       prev = shmCopyIn(s, shm, id, header, [=](std::byte* slot) { std::memcpy(slot, chunk, m * es); }, prev);
       prev = shmReadAll(
@@ -156,9 +144,9 @@ Schedule buildAllReduceHier(const CollArgs& a) {
     const StepId both[] = {prev, acrossDone};
     prev = s.join(both);
     if (!shm) return copyBlock(b, true);
-    const ShmChunks part(shm, blockStart(b + 1) - blockStart(b), chunkElems);
+    const ShmChunks part(shm, pipeline.len(b), chunkElems);
     part.forEach([&](uint64_t id, int, size_t at, size_t m) {
-      std::byte* chunk = buf + (blockStart(b) + at) * es;
+      std::byte* chunk = buf + (pipeline.start(b) + at) * es;
       const std::vector<std::byte*> ins = sharesOf(b, at);
       prev = shmCopyIn(
           s, shm, id, header,

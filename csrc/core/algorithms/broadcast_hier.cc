@@ -4,23 +4,8 @@
 
 #include "core/algorithms/hier_steps.h"
 #include "core/algorithms/registry.h"
-#include "core/patterns/ring.h"
 
 namespace ringx {
-
-namespace {
-
-// As the hierarchical all-reduce's pipeline (allreduce_hier.cc): at most this
-// many blocks, each of at least this many shared-memory chunks.
-constexpr size_t kMaxBroadcastBlocks = 16;
-constexpr size_t kMinChunksPerBroadcastBlock = 2;
-// Blocks on the wire at once. UCX moves the messages posted to one peer side
-// by side: with every block's inter-host phase posted at once, all blocks
-// arrived together near the end, and no host's shared-memory broadcast
-// overlapped the link. Two keep the link busy while one block's arrives.
-constexpr size_t kBlocksInFlight = 2;
-
-}  // namespace
 
 // Hierarchical broadcast for a group on several hosts: the root's buffer
 // crosses the narrow links as a broadcast among one rank per host, and each
@@ -28,9 +13,8 @@ constexpr size_t kBlocksInFlight = 2;
 //
 // Terms: the root is local rank lr of its host. Each host's "leader" is its
 // rank with local rank lr (modulo its rank count: HostLayout::ownersOf), so
-// the root leads its own host. The buffer is cut into up to kMaxBroadcastBlocks
-// pipeline blocks of whole chunks (HostLayout::chunkBytes, which every host
-// agreed on, so the blocks match across hosts); for each block b:
+// the root leads its own host. The buffer is cut into PipelineBlocks; for each
+// block b:
 //   1. inter-host broadcast of block b from the root's host among the
 //      leaders, by the cheapest flat broadcast for that many hosts (each
 //      block's phase under its own tags, starting once the phase of block
@@ -64,19 +48,14 @@ Schedule buildBroadcastHier(const CollArgs& a) {
 
   const size_t es = dtypeSize(a.dtype);
   auto* buf = static_cast<std::byte*>(a.buf);
-  const size_t chunkElems = std::max<size_t>(1, h.chunkBytes / es);
-  const size_t chunks = ring::numSegments(a.count, chunkElems);
-  const size_t blocks = std::max<size_t>(1, std::min(kMaxBroadcastBlocks, chunks / kMinChunksPerBroadcastBlock));
-  auto blockStart = [&](size_t b) {
-    return std::min(a.count, ring::chunkStart(chunks, int(blocks), int(b)) * chunkElems);
-  };
+  const PipelineBlocks blocks(a.count, h.chunkBytes / es);
 
   std::string inter = "none";
   StepId prev = kNoStep;
-  std::vector<StepId> acrossDone(blocks, kNoStep);
-  for (size_t b = 0; b < blocks; ++b) {
-    std::byte* block = buf + blockStart(b) * es;
-    const size_t count = blockStart(b + 1) - blockStart(b);
+  std::vector<StepId> acrossDone(blocks.size(), kNoStep);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    std::byte* block = buf + blocks.start(b) * es;
+    const size_t count = blocks.len(b);
     std::vector<StepId> ready{prev};
     if (leader == a.rank) {
       CollArgs across = acrossHostsArgs(a, a.op);
@@ -84,7 +63,7 @@ Schedule buildBroadcastHier(const CollArgs& a) {
       across.buf = block;
       across.count = count;
       const StepId after = b >= kBlocksInFlight ? acrossDone[b - kBlocksInFlight] : kNoStep;
-      auto [ends, name] = appendAcrossHosts(s, a, across, after, leaders, b, blocks);
+      auto [ends, name] = appendAcrossHosts(s, a, across, after, leaders, b, blocks.size());
       acrossDone[b] = s.join(ends);
       ready.push_back(acrossDone[b]);
       inter = name;

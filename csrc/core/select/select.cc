@@ -234,12 +234,15 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // the L local ranks (all_gather: H copied in, n copied out; reduce_
     // scatter: n copied in, H reduced from L), and the cheapest flat
     // collective among the hosts, costed with the L ranks' blocks together
-    // since they share the host's link.
+    // since they share the host's link. Both are pipelined: only one block's
+    // shared-memory pass is not beside the link's.
     const HostLayout& h = *a.hosts;
     const double chunks = std::max(1.0, std::ceil(n * N / double(h.shm->slotBytes())));
     const double local = chunks * 2 * kCost.shmSyncUs + (n + h.hosts) * N * kCost.copyUsPerByte +
                          (alg.build == &buildReduceScatterHier ? n * N * kCost.gammaUsPerByte : 0);
-    return local + acrossHostsUs(a, a.count * size_t(h.localSize()));
+    const double blocks = double(PipelineBlocks(a.count, h.chunkBytes / dtypeSize(a.dtype)).size());
+    const double across = acrossHostsUs(a, a.count * size_t(h.localSize()));
+    return local / blocks + std::max(across, local * (blocks - 1) / blocks);
   }
   if (alg.build == &buildAllReduceOneShot && turns == 1) {
     // Forced only (RINGX_ALGO=all_reduce:oneshot) while every rank has a core:
