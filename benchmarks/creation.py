@@ -12,8 +12,13 @@ Each repeat launches the world afresh (all ranks on this host) for each backend,
 turns, and times two things on every rank:
 
   init       init_process_group + the first barrier, from the moment every rank has
-             imported torch (a file barrier): the rendezvous, the default group and
-             its first collective
+             imported torch and reached the rendezvous store (a file barrier): the
+             default group and its first collective. The store is up before the
+             clock starts, as under torchrun, whose agent hosts it before the workers
+             start. With env:// and the store in rank 0, 31 ranks that reach it first
+             back off (torch's TCPStore client retries with exponential backoff) and
+             the wait, about 5 s at world 32 on this machine for either backend, is
+             the store's, not the backend's
   new_group  new_group(every rank) + a barrier on it, after a barrier on the default
              group: a group created by ranks already connected (what torchft's
              reconfigure and every subgroup pay)
@@ -46,11 +51,14 @@ def rank_main(backend, out, world):
 
     if backend == "ringx":
         import ringx  # noqa: F401
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout, wait_for_workers=False)
     open(os.path.join(out, f"ready-{rank}"), "w").close()
     while not all(os.path.exists(os.path.join(out, f"ready-{r}")) for r in range(world)):
         time.sleep(0.005)
     t0 = time.perf_counter()
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     dist.barrier()
     init_s = time.perf_counter() - t0
     dist.barrier()
