@@ -105,8 +105,8 @@ const std::vector<Setting> kSettings = {
      "says they pay, `0` keeps to the shared-memory slots, `1` makes group creation fail when the "
      "probe does. `RINGX_DEBUG=INFO` logs the probe's outcome and why it failed."},
     {"RINGX_TLS", SettingType::Text, "UCX transport list", "",
-     "unset: `^tcp` (all but TCP) for a group whose ranks share one host's memory and pid "
-     "namespace, else UCX chooses",
+     "unset: `^tcp` (all but TCP) for a group whose ranks share one host's memory, else UCX "
+     "chooses",
      nullptr, false,
      "UCX transports to use, as UCX's `UCX_TLS` (which also works; either one set is used as "
      "is). On one host UCX carries the data over shared memory either way; leaving TCP out "

@@ -21,9 +21,7 @@ struct UcxOptions {
 
 // The UCX transports a group asks for: the user's (`ringxTls`, RINGX_TLS; or
 // UCX_TLS, `ucxTls`, which UCX reads itself, so nothing is asked); else, for
-// a group whose ranks all share this host's memory and see each other's
-// processes (which UCX's shared-memory transports need), every transport but
-// TCP.
+// a group whose ranks all share this host's memory, every transport but TCP.
 // There UCX carries the data over its shared-memory ones (sysv + cma on the
 // development VM) with or without TCP, which only costs start-up: its
 // interfaces and an endpoint per peer took a world-32 group's creation from
