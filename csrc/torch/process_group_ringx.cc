@@ -181,8 +181,6 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       }
     }
     phase("shared memory");
-    // Every rank of a shared-memory group has an area, or none has (ShmArea::create).
-    uopts.tls = ucxTransportsFor(uopts.tls, std::getenv("UCX_TLS"), shm_ != nullptr || size == 1);
     auto transport = makeUcxTransport(adapter, rank, size, uopts);
     phase("UCX");
     comm_ = std::make_shared<Communicator>(std::move(transport), copts);

@@ -152,8 +152,7 @@ std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, co
   presence->mine.unlinkName();
   if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
   if (logLevel() >= LogLevel::Info) {
-    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string()
-                            << (opts.tls.empty() ? std::string() : " (transports " + opts.tls + ")") << ": "
+    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string() << ": "
                             << worker->describeLinks(*view->channel()));
   }
   return view;
