@@ -385,11 +385,13 @@ $(SYSUCX_STAMP): $(VENV_STAMP) $(SYSUCX_VENV_STAMP) $(SRC_FILES) $(SRC_LIST) $(C
 	$(SYSUCX_VPY) -m pip install -q --no-deps --force-reinstall $(SYSUCX_WHEEL_DIR)/ringx-*.whl
 	@touch $@
 
+# The ldd check's grep reads all of ldd's output: with pipefail, grep -q exiting at
+# the first match could kill ldd with SIGPIPE and fail the check (one fresh-clone run).
 test-system-ucx: sysdeps venv $(SYSUCX_STAMP)
 	@start=$$(date +%s); rc=0; \
 	echo "======== test-system-ucx: the transport's tests against UCX $$(pkg-config --modversion ucx) ========"; \
 	mkdir -p build/logs; log=build/logs/test-system-ucx-ctest.log; \
-	if ! ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -q "libucp.so.0 => /.*x86_64-linux-gnu/libucp"; then \
+	if ! ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep "libucp.so.0 => /.*x86_64-linux-gnu/libucp" >/dev/null; then \
 	  echo "test-system-ucx: ringx_core_tests is not linked against the system's libucp:"; \
 	  ldd $(SYSUCX_BUILD_DIR)/tests/cpp/ringx_core_tests | grep -E "libuc[pst]"; rc=1; \
 	elif $(UCX_NO_HOOKS_ENV) $(WITH_VENV) ctest --test-dir $(SYSUCX_BUILD_DIR) $(CTEST_ARGS) --timeout $(CTEST_TIMEOUT) \
