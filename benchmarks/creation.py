@@ -15,10 +15,10 @@ turns, and times two things on every rank:
              imported torch and reached the rendezvous store (a file barrier): the
              default group and its first collective. The store is up before the
              clock starts, as under torchrun, whose agent hosts it before the workers
-             start. With env:// and the store in rank 0, 31 ranks that reach it first
-             back off (torch's TCPStore client retries with exponential backoff) and
-             the wait, about 5 s at world 32 on this machine for either backend, is
-             the store's, not the backend's
+             start. With env:// and the store in rank 0, its server took the
+             clients' first requests about 5 s apart at world 32 on this machine (no
+             client retried; 32 bare TCPStores do the same), a wait of the store's,
+             not the backend's
   new_group  new_group(every rank) + a barrier on it, after a barrier on the default
              group: a group created by ranks already connected (what torchft's
              reconfigure and every subgroup pay)
