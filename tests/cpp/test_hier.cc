@@ -283,17 +283,28 @@ TEST_CASE("the cost model prefers the hierarchical algorithms across hosts, smal
   }
 }
 
-TEST_CASE("on uneven hosts the hierarchical all_reduce is there when forced, the cost model takes the flat ones") {
-  HostsWorld w({0, 0, 0, 1});
-  for (size_t count : {size_t{1}, size_t{16} << 20}) {
-    CollArgs a = w.args(3, 1);
-    a.count = count;
-    CAPTURE(count);
-    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name != "hier");
-    REQUIRE(selectAlgorithm(a, AlgoOverride("all_reduce:hier")).name == "hier");
-    for (Collective coll : {Collective::AllGather, Collective::ReduceScatter}) {
-      a.coll = coll;
-      REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+TEST_CASE("on uneven hosts every rank's cost model takes the hierarchical all_reduce for large buffers, all_gather and reduce_scatter stay flat") {
+  // 3 + 1 at every size; 2 + 1 + 1 from 256 KiB (below, three hosts'
+  // inter-host phase costs more messages than the flat power-of-two ones).
+  const std::vector<std::pair<std::vector<int>, size_t>> layouts{{{0, 0, 0, 1}, 1}, {{0, 1, 0, 2}, 256 << 10}};
+  for (const auto& [hostOf, hierFrom] : layouts) {
+    HostsWorld w(hostOf);
+    for (size_t count : {size_t{1}, size_t{1024}, size_t{256} << 10, size_t{16} << 20}) {
+      std::set<std::string_view> picks;
+      for (int r = 0; r < w.size; ++r) {
+        CollArgs a = w.args(r, 1);
+        a.count = count;
+        CAPTURE(hostOf, count, r);
+        picks.insert(selectAlgorithm(a, AlgoOverride("")).name);
+        REQUIRE(selectAlgorithm(a, AlgoOverride("ring")).name == "ring");
+        for (Collective coll : {Collective::AllGather, Collective::ReduceScatter}) {
+          a.coll = coll;
+          REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+        }
+      }
+      CAPTURE(hostOf, count);
+      REQUIRE(picks.size() == 1);
+      if (count >= hierFrom) REQUIRE(*picks.begin() == "hier");
     }
   }
 }

@@ -134,11 +134,10 @@ def test_ranks_of_one_host_share_memory_with_single_copy_only_where_they_see_eac
     assert f"1 host: host 0 = ranks 0-1 ({path})" in text, text[-6000:]
 
 
-def test_uneven_hosts_run_a_forced_hierarchical_all_reduce_and_the_others_flat():
+def test_uneven_hosts_run_the_hierarchical_all_reduce_and_the_others_flat():
     with testbed.Testbed(2) as tb:
-        # all_reduce:hier is forced: the cost model keeps the flat one on uneven hosts.
         codes, logs = tb.torchrun([3, 1], os.path.join(HERE, "testbed_rank.py"),
-                                  env={"RINGX_DEBUG": "INFO", "RINGX_ALGO": "all_reduce:hier"}, timeout=300)
+                                  env={"RINGX_DEBUG": "INFO"}, timeout=300)
     text = "\n".join(logs)
     assert codes == [0, 0], text[-6000:]
     for r in range(4):

@@ -202,13 +202,13 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
     // among the hosts. Every local rank's share crosses the host's one link,
     // so that part is costed with the whole buffer.
     const HostLayout& h = *a.hosts;
-    // Uneven hosts: on the 3 + 1 test bed (2 cores for 4 ranks) the rank
-    // alone on its host copies and reduces all its host sends. At 64 MiB it
-    // took 748 ms against the flat ring's 859 on a quiet machine, but
-    // 901-957 against 879-887 under load, and 35 ms against 12 at 1 MiB;
-    // forced only (RINGX_ALGO=all_reduce:hier) until it wins everywhere.
-    if (!h.even) return std::numeric_limits<double>::infinity();
-    const double L = h.localSize();
+    // On uneven hosts the busiest host's L ranks (its pieces) set the
+    // shared-memory time, and every rank must reach the same estimate; a
+    // rank alone on its host takes all its host's pieces across, whose link
+    // carries what an even host's does. On the 3 + 1 and 2 + 1 + 1 test
+    // beds (2026-11-30 night, docs/many-hosts.md) it took 0.69-0.96x the
+    // flat ring's time at 64 MiB, quiet and beside two busy loops.
+    const double L = h.portions();
     const double chunks = std::max(1.0, std::ceil(N / double(h.chunkBytes)));
     const double local = chunks * 4 * kCost.shmSyncUs + N * ((2 + 1 / L) * kCost.copyUsPerByte + kCost.gammaUsPerByte);
     return local + acrossHostsUs(a, a.count);
