@@ -70,6 +70,10 @@ void bindInfo(py::module_& m) {
     d["error"] = info.error;
     return d;
   });
+  m.def("_ucx_memory_events", []() -> py::object {
+    const int on = ucxMemoryEvents();
+    return on < 0 ? py::object(py::none()) : py::object(py::bool_(on == 1));
+  });
   m.def("_host", [] {
     const HostCaps caps = hostCaps();
     py::dict d;

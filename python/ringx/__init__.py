@@ -98,6 +98,37 @@ def _version_tuple(text):
     return tuple(parts)
 
 
+# UCX's memory hooks (its own mmap, munmap and malloc) feed the registration
+# caches of RDMA devices, which the libucx wheel has none of. They cost about
+# 0.4 s per process at load, and they hang a child forked while another thread
+# was inside munmap: the child's munmap calls the parent's cache, whose lock the
+# fork copied held (seen in fault_scripts/fork_churn.py, 2026-11-30). So the
+# wheel's UCX loads without them unless the user set UCX_MEM_* themselves; a
+# site's UCX (RINGX_UCX_LIBRARY_PATH, a system build) keeps its defaults.
+_MEMORY_HOOKS_OFF = {"UCX_MEM_EVENTS": "no", "UCX_MEM_MALLOC_HOOKS": "no", "UCX_MEM_MMAP_HOOK_MODE": "none"}
+
+
+class _without_memory_hooks:
+    """UCX reads these once, as it loads: set only for the load, so that other
+    programs this process starts get UCX's defaults."""
+
+    def __enter__(self):
+        import os
+
+        self._set = []
+        if not any(name in os.environ for name in _MEMORY_HOOKS_OFF):
+            for name, value in _MEMORY_HOOKS_OFF.items():
+                os.environ[name] = value
+                self._set.append(name)
+
+    def __exit__(self, *exc):
+        import os
+
+        for name in self._set:
+            os.environ.pop(name, None)
+        return False
+
+
 def _load_ucx():
     """Loads the UCX the extension binds to, before the extension: libraries
     already loaded under UCX's sonames are the ones the loader gives it.
@@ -112,7 +143,8 @@ def _load_ucx():
     if site is None and _built_ucx != "system":
         import libucx
 
-        libucx.load_library()
+        with _without_memory_hooks():
+            libucx.load_library()
         return None
     import ctypes
 

@@ -46,6 +46,13 @@ def _setting_values(name):
     return values.replace("`", "") + ("" if _build_info.cuda else " (in a CUDA build)")
 
 
+def _memory_events_text():
+    events = _C._ucx_memory_events()
+    if events is None:
+        return "unknown"
+    return "on (RDMA registration caches)" if events else "off"
+
+
 def report():
     simd = _C._simd()
     ucx = _C._ucx()
@@ -64,6 +71,7 @@ def report():
         f"  ringx was built against UCX {_build_info.ucx_version} "
         f"({'the libucx wheel' if _build_info.ucx == 'wheel' else 'the system'}'s)",
         f"  transports: {', '.join(ucx['transports']) or 'none found'}",
+        f"  memory hooks (UCX_MEM_EVENTS): {_memory_events_text()}",
     ]
     if ucx["error"]:
         lines.append(f"  listing them failed for: {ucx['error']}")

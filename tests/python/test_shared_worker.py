@@ -73,3 +73,27 @@ def test_a_child_forked_while_a_thread_makes_groups_makes_its_own_world():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     log(f"fork churn: {result}")
     assert result["hung"] == 0 and not result["failed"], f"{result}\n{proc.stderr[-3000:]}"
+
+
+def _memory_events_in_child(env_extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UCX_MEM_")}
+    env.update(env_extra)
+    code = ("import json, os, ringx; print(json.dumps([ringx._C._ucx_memory_events(), "
+            "sorted(k for k in os.environ if k.startswith('UCX_MEM_'))]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=LAUNCH_LIMIT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_wheels_ucx_loads_without_memory_hooks_unless_the_user_sets_them():
+    """Without UCX's mmap/munmap hooks a child forked while another thread was in
+    munmap cannot wait forever on the parent's registration cache (the hang
+    fork_churn.py found); the variables are set only while UCX loads."""
+    from ringx import _build_info
+
+    site = os.environ.get("RINGX_UCX_LIBRARY_PATH") or getattr(_build_info, "ucx", "wheel") == "system"
+    events, left = _memory_events_in_child({})
+    assert left == []
+    # A site's UCX (RDMA, whose registration caches need the hooks) keeps its defaults.
+    assert events is (True if site else False)
+    assert _memory_events_in_child({"UCX_MEM_EVENTS": "yes"}) == [True, ["UCX_MEM_EVENTS"]]

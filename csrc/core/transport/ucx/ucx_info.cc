@@ -1,6 +1,7 @@
 #include "core/transport/ucx/ucx_info.h"
 
 #include <dlfcn.h>
+#include <ucm/api/ucm.h>
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
 
@@ -63,6 +64,13 @@ UcxInfo ucxInfo() {
   }
   uct_release_component_list(components);
   return info;
+}
+
+int ucxMemoryEvents() {
+  // Looked up, not linked: ringx links libucp alone, and libucm is loaded
+  // with it.
+  const auto* opts = static_cast<const ucm_global_config_t*>(::dlsym(RTLD_DEFAULT, "ucm_global_opts"));
+  return opts ? (opts->enable_events ? 1 : 0) : -1;
 }
 
 }  // namespace ringx

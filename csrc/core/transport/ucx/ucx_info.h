@@ -16,4 +16,9 @@ struct UcxInfo {
 // Opens every UCT memory domain and lists its transports, as ucx_info -d does.
 UcxInfo ucxInfo();
 
+// Whether the loaded UCX delivers memory events (its mmap and munmap hooks,
+// which its registration caches rely on): 1 or 0, as UCX read UCX_MEM_EVENTS
+// when it loaded; -1 where its libucm does not say.
+int ucxMemoryEvents();
+
 }  // namespace ringx
