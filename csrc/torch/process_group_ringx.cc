@@ -181,6 +181,10 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
       }
     }
     phase("shared memory");
+    // Every rank of a shared-memory group has an area, or none has
+    // (ShmArea::create); UCX's own shared memory needs the peers' processes too.
+    const bool ucxSharesMemory = (shm_ && topology_.sameNamespacesPerHost) || size == 1;
+    uopts.tls = ucxTransportsFor(uopts.tls, std::getenv("UCX_TLS"), ucxSharesMemory);
     auto transport = makeUcxTransport(adapter, rank, size, uopts);
     phase("UCX");
     comm_ = std::make_shared<Communicator>(std::move(transport), copts);

@@ -22,6 +22,8 @@ TEST_CASE("ranks in one process find themselves on one host") {
     REQUIRE(t.hostOf == std::vector<int>{0, 0, 0});
     REQUIRE(t.singleHost());
     REQUIRE(t.describe() == "1 host: host 0 = ranks 0-2");
+    REQUIRE(t.sameNamespacesPerHost);
+    REQUIRE(t.subset({2, 0}).sameNamespacesPerHost);
   }
 }
 
@@ -58,35 +60,38 @@ std::unique_ptr<ShmSegment> probeHolding(const std::string& token) {
 }
 
 // Rank 0 of two, rank 1 having published `peer` and the row `peerRow`: the
-// hosts rank 0 finds, and the row it publishes.
-std::pair<std::vector<int>, std::string> exchangeWith(const std::vector<uint8_t>& peer, const std::string& peerRow) {
+// topology rank 0 finds, and the row it publishes.
+std::pair<Topology, std::string> exchangeWith(const std::vector<uint8_t>& peer, const std::string& peerRow) {
   MemoryStore store;
   store.set("topo/1", peer);
   store.set("topo/shares/1", bytesOf(peerRow));
-  const std::vector<int> hostOf = Topology::exchange(store, "topo", 0, 2).hostOf;
-  return {hostOf, stringOf(store.get("topo/shares/0"))};
+  const Topology t = Topology::exchange(store, "topo", 0, 2);
+  return {t, stringOf(store.get("topo/shares/0"))};
 }
 
 }  // namespace
 
 TEST_CASE("a rank of this boot in another pid namespace whose probe segment this rank can read shares its host") {
   const auto probe = probeHolding(kToken);
-  const auto [hostOf, row] = exchangeWith(candidate(bootId(), probe->name(), kToken), "11");
+  const auto [t, row] = exchangeWith(candidate(bootId(), probe->name(), kToken), "11");
   REQUIRE(row == "11");
-  REQUIRE(hostOf == std::vector<int>{0, 0});
+  REQUIRE(t.hostOf == std::vector<int>{0, 0});
+  // Shared memory, but not each other's processes: UCX's own shared-memory
+  // transports cannot reach the peer.
+  REQUIRE_FALSE(t.sameNamespacesPerHost);
 }
 
 TEST_CASE("a rank whose probe segment holds another token (another /dev/shm with that name) is another host") {
   const auto probe = probeHolding(std::string(32, '8'));
-  const auto [hostOf, row] = exchangeWith(candidate(bootId(), probe->name(), kToken), "01");
+  const auto [t, row] = exchangeWith(candidate(bootId(), probe->name(), kToken), "01");
   REQUIRE(row == "10");
-  REQUIRE(hostOf == std::vector<int>{0, 1});
+  REQUIRE(t.hostOf == std::vector<int>{0, 1});
 }
 
 TEST_CASE("a rank whose probe segment cannot be opened is another host") {
-  const auto [hostOf, row] = exchangeWith(candidate(bootId(), "/ringx-test-no-such-probe", kToken), "01");
+  const auto [t, row] = exchangeWith(candidate(bootId(), "/ringx-test-no-such-probe", kToken), "01");
   REQUIRE(row == "10");
-  REQUIRE(hostOf == std::vector<int>{0, 1});
+  REQUIRE(t.hostOf == std::vector<int>{0, 1});
 }
 
 TEST_CASE("a rank of another boot is another host even where a segment of its probe's name holds its token") {

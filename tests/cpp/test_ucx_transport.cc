@@ -381,3 +381,12 @@ TEST_CASE("ucx worker: a group gets a fresh worker once the shared one has no ta
   REQUIRE(claim.worker() != shared);
   REQUIRE(claim.worker()->proposeChannel(1) == 0);
 }
+
+TEST_CASE("a group on one host asks UCX for every transport but TCP, unless the user chose them") {
+  REQUIRE(ucxTransportsFor("", nullptr, true) == "^tcp");
+  REQUIRE(ucxTransportsFor("", nullptr, false).empty());
+  // UCX reads UCX_TLS itself: nothing asked over it.
+  REQUIRE(ucxTransportsFor("", "tcp,self", true).empty());
+  REQUIRE(ucxTransportsFor("tcp,sm,self", nullptr, true) == "tcp,sm,self");
+  REQUIRE(ucxTransportsFor("rc,sm,self", "tcp", false) == "rc,sm,self");
+}

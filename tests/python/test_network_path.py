@@ -116,3 +116,25 @@ def _ucx_version():
     import ringx
 
     return ringx._C._ucx()["version"]
+
+
+@pytest.mark.parametrize("env,asked,link", [({}, "^tcp", r"(?!tcp)\w+/"), ({"UCX_TLS": "tcp,self"}, None, r"tcp/")])
+def test_a_group_on_one_host_leaves_tcp_out_of_ucx_unless_the_user_chose(env, asked, link):
+    # Shared memory carries a one-host group's UCX traffic anyway; TCP only
+    # costs start-up. A user's UCX_TLS (or RINGX_TLS) stands.
+    with harness.World(2, env=dict(env, RINGX_DEBUG="INFO")) as world:
+        world.run(_all_reduce_of_ranks)
+        text = world.log_text(1)
+    line = re.search(r"ringx: rank 1 on UCX [\d.]+( \(transports ([^)]*)\))?: ranks? 0 over ([^;\n]+)", text)
+    assert line, text[-4000:]
+    assert line.group(2) == asked, line.group(0)
+    assert re.match(link, line.group(3)) or line.group(3).startswith("(UCX before 1.14"), line.group(0)
+
+
+def _all_reduce_of_ranks():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    assert t.item() == 3.0

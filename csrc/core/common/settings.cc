@@ -104,8 +104,13 @@ const std::vector<Setting> kSettings = {
      "creation whether every rank can read every other's memory and uses them where the cost model "
      "says they pay, `0` keeps to the shared-memory slots, `1` makes group creation fail when the "
      "probe does. `RINGX_DEBUG=INFO` logs the probe's outcome and why it failed."},
-    {"RINGX_TLS", SettingType::Text, "UCX transport list", "", "unset (UCX chooses)", nullptr,
-     false, "UCX transports to use, as UCX's `UCX_TLS` (which also works)."},
+    {"RINGX_TLS", SettingType::Text, "UCX transport list", "",
+     "unset: `^tcp` (all but TCP) for a group whose ranks share one host's memory and pid "
+     "namespace, else UCX chooses",
+     nullptr, false,
+     "UCX transports to use, as UCX's `UCX_TLS` (which also works; either one set is used as "
+     "is). On one host UCX carries the data over shared memory either way; leaving TCP out "
+     "only makes group creation cheaper."},
     {"RINGX_UCX_LIBRARY_PATH", SettingType::Text, "a folder holding `libucp.so.0`", "",
      "unset (the UCX ringx was built against)", nullptr, false,
      "Run on the site's UCX (HPC-X, MOFED, a distro's: its InfiniBand/RoCE transports) instead of "

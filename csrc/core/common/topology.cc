@@ -175,6 +175,7 @@ Topology Topology::exchange(Store& store, const std::string& keyPrefix, int rank
   // Every rank sees the same keys, so all ask, or none does.
   if (!ask) {
     t.hostOf = numberByLabel(keys);
+    t.sameNamespacesPerHost = true;
     return t;
   }
   // Each rank's row says whom it shares /dev/shm with; ranks with the same
@@ -194,6 +195,7 @@ Topology Topology::exchange(Store& store, const std::string& keyPrefix, int rank
 
 Topology Topology::subset(const std::vector<int>& ranks) const {
   Topology t;
+  t.sameNamespacesPerHost = sameNamespacesPerHost;
   std::map<int, int> index;
   for (int r : ranks) t.hostOf.push_back(index.emplace(hostOf[size_t(r)], int(index.size())).first->second);
   return t;

@@ -28,6 +28,12 @@ struct Topology {
   // Host index of each rank; hosts are numbered in the order of their lowest
   // rank, so every rank computes the same numbering.
   std::vector<int> hostOf;
+  // The ranks of each host share one pid namespace, /dev/shm and user, so
+  // each can see the others' processes (UCX's shared-memory transports need
+  // that: its posix one finds a peer's segment through /proc/PID). False when
+  // some host was told apart by capability (containers that share /dev/shm
+  // only).
+  bool sameNamespacesPerHost = false;
 
   int hosts() const;
   std::vector<int> ranksOn(int host) const;

@@ -19,6 +19,20 @@ struct UcxOptions {
   std::string keyPrefix = "ringx/ucx";
 };
 
+// The UCX transports a group asks for: the user's (`ringxTls`, RINGX_TLS; or
+// UCX_TLS, `ucxTls`, which UCX reads itself, so nothing is asked); else, for
+// a group whose ranks all share this host's memory and see each other's
+// processes (which UCX's shared-memory transports need), every transport but
+// TCP.
+// There UCX carries the data over its shared-memory ones (sysv + cma on the
+// development VM) with or without TCP, which only costs start-up: its
+// interfaces and an endpoint per peer took a world-32 group's creation from
+// 0.24-0.31 s to 0.30-0.34 s on 2 cores (docs/benchmarks.md, 2026-11-30).
+inline std::string ucxTransportsFor(const std::string& ringxTls, const char* ucxTls, bool oneHost) {
+  if (!ringxTls.empty() || ucxTls != nullptr) return ringxTls;
+  return oneHost ? "^tcp" : "";
+}
+
 // Collective over the ranks: every rank must call it with the same store.
 std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, const UcxOptions& opts);
 

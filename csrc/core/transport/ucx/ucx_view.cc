@@ -152,7 +152,8 @@ std::unique_ptr<Transport> makeUcxTransport(Store& store, int rank, int size, co
   presence->mine.unlinkName();
   if (!failure.empty()) throw Error(ErrorKind::Internal, "ringx: " + failure);
   if (logLevel() >= LogLevel::Info) {
-    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string() << ": "
+    RINGX_LOG(Info, "ringx: rank " << rank << " on UCX " << ucp_get_version_string()
+                            << (opts.tls.empty() ? std::string() : " (transports " + opts.tls + ")") << ": "
                             << worker->describeLinks(*view->channel()));
   }
   return view;
