@@ -14,9 +14,10 @@ gloo, and against the link's bound; barrier beside them.
 Each configuration runs in the same torchrun job: the default group is ringx with its
 own choice (the cost model: hierarchical where it applies), and further groups over the
 same ranks force a flat algorithm through RINGX_ALGO (ring, rabenseifner) or use gloo.
-Before every call the ranks meet in a barrier on a separate gloo group (barrier
-itself: the mean of 20 back to back after it); a call's time is the slowest rank's, and the table gives the median over --iters calls (p10-p90
-beside it). The configurations take turns call by call, so drift falls on all alike.
+Before every call the ranks meet in a barrier on a separate gloo group; below 64 KiB
+(and for barrier itself) the call is the mean of 20 back to back after it, since one
+such call lasts about as long as that barrier's skew. A call's time is the slowest
+rank's, and the table gives the median over --iters calls (p10-p90 beside it). The configurations take turns call by call, so drift falls on all alike.
 
 Sizes are the whole buffer: all_reduce's, all_gather's output, reduce_scatter's
 input. The link rate is measured, not assumed: before the job, one TCP stream each
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -46,6 +48,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 SIZES = {"4KiB": 4 << 10, "1MiB": 1 << 20, "16MiB": 16 << 20, "64MiB": 64 << 20}
 DEFAULT_SIZES = "4KiB,1MiB,64MiB"
 BARRIERS = 20  # per timed barrier call: their mean
+# Calls below this size are timed back to back, BACK_TO_BACK at a time (their
+# mean): one 4 KiB call takes about as long as the skew of the gloo barrier
+# before it (hundreds of microseconds across hosts), which timed alone would
+# measure that barrier as much as the call.
+BACK_TO_BACK, BACK_TO_BACK_BELOW = 20, 64 << 10
 # The flat algorithms forced for comparison (RINGX_ALGO), and which collective each serves.
 FLAT = {"ringx ring": "ring", "ringx rabenseifner": "all_reduce:rabenseifner",
         "ringx dissemination": "barrier:dissemination",
@@ -143,7 +150,7 @@ def worker(args) -> None:
             for i in range(iters + 1):
                 for name in names:
                     took = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}",
-                                args.root)
+                                args.root, BACK_TO_BACK if nbytes < BACK_TO_BACK_BELOW else 1)
                     slowest = torch.tensor([took], dtype=torch.float64)
                     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
                     if i:  # the first call of each warms up connections and buffers
@@ -154,9 +161,9 @@ def worker(args) -> None:
     dist.destroy_process_group()
 
 
-def call(dist, torch, coll, elems, rank, world, group, sync, what, root) -> float:
-    """One collective on `group` after a barrier on `sync`; checks its result and
-    returns this rank's time in seconds."""
+def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1) -> float:
+    """`calls` collectives on `group` back to back after a barrier on `sync`; checks
+    the result and returns this rank's time per call in seconds."""
     block = elems // world
     if coll == "barrier":
         # Back to back, since the skew of the gloo barrier before it (hundreds
@@ -169,60 +176,47 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root) -> floa
         return (time.perf_counter() - start) / BARRIERS
     if coll == "all_reduce":
         t = torch.full((elems,), float(rank + 1))
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.all_reduce(t, group=group)
-        took = time.perf_counter() - start
-        ok = t[0].item() == world * (world + 1) / 2 and t[-1].item() == t[0].item()
+        op = lambda: dist.all_reduce(t, group=group)  # noqa: E731
+        # Each call sums the previous sums: world (world + 1) / 2, then times world.
+        want = world * (world + 1) / 2 * world ** (calls - 1)
+        # Exact for one call; repeated, float32 may round (3^19 has 31 bits).
+        ok = lambda: all(math.isclose(t[i].item(), want, rel_tol=1e-5) for i in (0, -1))  # noqa: E731
     elif coll == "broadcast":
         t = torch.full((elems,), float(rank))
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.broadcast(t, src=root, group=group)
-        took = time.perf_counter() - start
-        ok = elems == 0 or (t[0].item() == root and t[-1].item() == root)
+        op = lambda: dist.broadcast(t, src=root, group=group)  # noqa: E731
+        ok = lambda: elems == 0 or (t[0].item() == root and t[-1].item() == root)  # noqa: E731
     elif coll == "all_gather":
         out = torch.empty(block * world)
         src = torch.full((block,), float(rank))
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.all_gather_into_tensor(out, src, group=group)
-        took = time.perf_counter() - start
-        ok = all(out[q * block].item() == q for q in range(world))
+        op = lambda: dist.all_gather_into_tensor(out, src, group=group)  # noqa: E731
+        ok = lambda: all(out[q * block].item() == q for q in range(world))  # noqa: E731
     elif coll == "all_to_all":
         # Block q of rank r's input goes to rank q: rank * world + q.
         src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank * world
         out = torch.empty(block * world)
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.all_to_all_single(out, src, group=group)
-        took = time.perf_counter() - start
-        ok = all(out[q * block].item() == q * world + rank for q in range(world))
+        op = lambda: dist.all_to_all_single(out, src, group=group)  # noqa: E731
+        ok = lambda: all(out[q * block].item() == q * world + rank for q in range(world))  # noqa: E731
     elif coll == "gather":
         src = torch.full((block,), float(rank))
         outs = [torch.empty(block) for _ in range(world)] if rank == root else None
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.gather(src, outs, dst=root, group=group)
-        took = time.perf_counter() - start
-        ok = rank != root or all(outs[q][-1].item() == q for q in range(world))
+        op = lambda: dist.gather(src, outs, dst=root, group=group)  # noqa: E731
+        ok = lambda: rank != root or all(outs[q][-1].item() == q for q in range(world))  # noqa: E731
     elif coll == "scatter":
         srcs = [torch.full((block,), float(q)) for q in range(world)] if rank == root else None
         out = torch.empty(block)
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.scatter(out, srcs, src=root, group=group)
-        took = time.perf_counter() - start
-        ok = block == 0 or (out[0].item() == rank and out[-1].item() == rank)
+        op = lambda: dist.scatter(out, srcs, src=root, group=group)  # noqa: E731
+        ok = lambda: block == 0 or (out[0].item() == rank and out[-1].item() == rank)  # noqa: E731
     else:
         src = torch.arange(world, dtype=torch.float32).repeat_interleave(block) + rank
         out = torch.empty(block)
-        dist.barrier(group=sync)
-        start = time.perf_counter()
-        dist.reduce_scatter_tensor(out, src, group=group)
-        took = time.perf_counter() - start
-        ok = out[0].item() == world * rank + world * (world - 1) / 2
-    if not ok:
+        op = lambda: dist.reduce_scatter_tensor(out, src, group=group)  # noqa: E731
+        ok = lambda: out[0].item() == world * rank + world * (world - 1) / 2  # noqa: E731
+    dist.barrier(group=sync)
+    start = time.perf_counter()
+    for _ in range(calls):
+        op()
+    took = (time.perf_counter() - start) / calls
+    if not ok():
         raise SystemExit(f"{what}: wrong result on rank {rank}")
     return took
 
