@@ -339,10 +339,10 @@ TEST_CASE("device-resident: every network algorithm reduces and copies on the de
   CAPTURE(size, dtypeName(dtype));
   // The network algorithms: ring, recursive doubling and Rabenseifner
   // all_reduce, binomial broadcast, reduce, gather and scatter, direct
-  // gather and scatter, ring all_gather and reduce_scatter, pairwise
-  // all_to_all and the barrier; and from 3 ranks the chain broadcast.
+  // gather and scatter, ring and Bruck all_gather, ring reduce_scatter,
+  // pairwise all_to_all and the barrier; and from 3 ranks the chain broadcast.
   const int chain = size >= 3 ? 1 : 0;
-  REQUIRE(checkEveryAlgorithm(size, dtype, true) == (dtype == DType::I64 ? 13 : 11) + chain);
+  REQUIRE(checkEveryAlgorithm(size, dtype, true) == (dtype == DType::I64 ? 14 : 12) + chain);
 }
 
 TEST_CASE("host-staged in pieces: an all_reduce or broadcast cut into pieces gives the whole buffer's result") {

@@ -353,3 +353,54 @@ TEST_CASE("an op the engine ends early withdraws what it exposed before its call
     CHECK(withdrawnFirst == !finishes);
   }
 }
+
+TEST_CASE("all_gather by the ring and by bruck puts every rank's block in place, in and out of place") {
+  auto algName = GENERATE(as<std::string>{}, "ring", "bruck");
+  auto size = GENERATE(1, 2, 3, 4, 5, 6, 7, 8, 9);
+  auto count = GENERATE(size_t{0}, size_t{1}, size_t{1003});
+  auto inPlace = GENERATE(false, true);
+  CAPTURE(algName, size, count, inPlace);
+  const Algorithm& alg = algorithmNamed(Collective::AllGather, algName);
+  auto comms = makeWorld(size);
+  onEachRank(size, [&](int r) {
+    std::vector<int32_t> out(count * size_t(size), -1);
+    std::vector<int32_t> mine(count);
+    for (size_t i = 0; i < count; ++i) mine[i] = int32_t(r * 100000 + i);
+    if (inPlace) std::copy(mine.begin(), mine.end(), out.begin() + std::ptrdiff_t(count * size_t(r)));
+    CollArgs a{Collective::AllGather, r, size, 3};
+    a.dtype = DType::I32;
+    a.buf = out.data();
+    a.input = inPlace ? out.data() + count * size_t(r) : mine.data();
+    a.count = count;
+    a.segmentBytes = 1024;
+    RANK_REQUIRE_NO_ERROR(runOp(*comms[r], "all_gather", 3, alg.build(a)));
+    RANK_REQUIRE_EACH(i, out.size(), out[i] == int32_t((i / count) * 100000 + i % count));
+  });
+}
+
+TEST_CASE("bruck all_gather sends ceil(log2 n) rounds, and runs across hosts only when forced") {
+  for (int size : {2, 3, 5, 8, 13}) {
+    CollArgs a{Collective::AllGather, 1, size, 1};
+    a.dtype = DType::F32;
+    std::vector<float> out(size_t(size) * 4);
+    a.buf = out.data();
+    a.count = 4;
+    int sends = 0;
+    const Schedule sched = buildAllGatherBruck(a);
+    for (const Step& st : sched.steps()) sends += st.kind == StepKind::Send;
+    const int rounds = int(std::ceil(std::log2(size)));
+    CAPTURE(size, sends, rounds);
+    // A round's run travels as two messages where it wraps past the last block.
+    REQUIRE(sends >= rounds);
+    REQUIRE(sends <= 2 * rounds);
+  }
+  CollArgs a{Collective::AllGather, 0, 8, 1};
+  a.crossHost = true;
+  a.segmentBytes = 1 << 20;
+  for (size_t count : {size_t{1}, size_t{1024}, size_t{8} << 20}) {
+    a.count = count;
+    CAPTURE(count);
+    REQUIRE(selectAlgorithm(a, AlgoOverride("")).name == "ring");
+    REQUIRE(selectAlgorithm(a, AlgoOverride("all_gather:bruck")).name == "bruck");
+  }
+}

@@ -47,6 +47,7 @@ Schedule buildReduceScatterShm(const CollArgs& a);
 Schedule buildBroadcastBinomial(const CollArgs& a);
 Schedule buildBroadcastChain(const CollArgs& a);
 Schedule buildAllGatherRing(const CollArgs& a);
+Schedule buildAllGatherBruck(const CollArgs& a);
 Schedule buildReduceBinomial(const CollArgs& a);
 Schedule buildReduceScatterRing(const CollArgs& a);
 Schedule buildAllToAllPairwise(const CollArgs& a);

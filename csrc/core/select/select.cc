@@ -367,6 +367,16 @@ double estimateUs(const Algorithm& alg, const CollArgs& a) {
   if (alg.build == &buildAllGatherRing) {
     return (n - 1) * (alpha + N * beta);
   }
+  if (alg.build == &buildAllGatherBruck) {
+    // Forced only (RINGX_ALGO=all_gather:bruck). Its estimate, the ring's
+    // bytes in ceil(log2 n) rounds of whole messages, undercuts the ring's
+    // for small blocks across hosts, but on the test bed (2026-11-30, 3 runs
+    // in turns with the build before, docs/algorithms.md) it took 0.90-1.10x
+    // the flat ring's time at 4 KiB on 8 x 1 and, as the inter-host phase of
+    // the hierarchy, 1.02-1.16x on 4 x 2: with every host's ranks on 2 shared
+    // cores a message costs more than a round of latency.
+    return std::numeric_limits<double>::infinity();
+  }
   if (alg.build == &buildAllGatherShm) {
     // N is one block: copied in once, and all n copied out.
     const double chunks = shmChunks(N);
