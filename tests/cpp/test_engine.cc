@@ -366,7 +366,9 @@ TEST_CASE("all_gather by the ring and by bruck puts every rank's block in place,
     std::vector<int32_t> out(count * size_t(size), -1);
     std::vector<int32_t> mine(count);
     for (size_t i = 0; i < count; ++i) mine[i] = int32_t(r * 100000 + i);
-    if (inPlace) std::copy(mine.begin(), mine.end(), out.begin() + std::ptrdiff_t(count * size_t(r)));
+    if (inPlace) {
+      std::copy(mine.begin(), mine.end(), out.begin() + std::ptrdiff_t(count * size_t(r)));
+    }
     CollArgs a{Collective::AllGather, r, size, 3};
     a.dtype = DType::I32;
     a.buf = out.data();

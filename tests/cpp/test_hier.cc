@@ -286,7 +286,8 @@ TEST_CASE("the cost model prefers the hierarchical algorithms across hosts, smal
 TEST_CASE("on uneven hosts every rank's cost model takes the hierarchical all_reduce for large buffers, all_gather and reduce_scatter stay flat") {
   // 3 + 1 at every size; 2 + 1 + 1 from 256 KiB (below, three hosts'
   // inter-host phase costs more messages than the flat power-of-two ones).
-  const std::vector<std::pair<std::vector<int>, size_t>> layouts{{{0, 0, 0, 1}, 1}, {{0, 1, 0, 2}, 256 << 10}};
+  const std::vector<std::pair<std::vector<int>, size_t>> layouts{{{0, 0, 0, 1}, 1},
+                                                                 {{0, 1, 0, 2}, 256 << 10}};
   for (const auto& [hostOf, hierFrom] : layouts) {
     HostsWorld w(hostOf);
     for (size_t count : {size_t{1}, size_t{1024}, size_t{256} << 10, size_t{16} << 20}) {

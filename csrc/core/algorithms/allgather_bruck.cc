@@ -46,7 +46,8 @@ Schedule buildAllGatherBruck(const CollArgs& a) {
     const int from = (r + d) % n, to = (r - d + n) % n;
     const auto in = runsOf((r + d) % n, m, n);
     for (size_t i = 0; i < in.size(); ++i) {
-      received.push_back(s.recv(from, collTag(a.seq, 2 * k + int(i)), out + in[i].first * blockBytes,
+      received.push_back(s.recv(from, collTag(a.seq, 2 * k + int(i)),
+                                 out + in[i].first * blockBytes,
                                  size_t(in[i].second) * blockBytes));
     }
     const StepId held = have.empty() ? kNoStep : s.join(have);

@@ -69,8 +69,8 @@ constexpr std::array kAlgorithms{
     Algorithm{"ring", Collective::AllGather, "blocks travel around a ring, pipelined in segments", "any world size",
               &always, &buildAllGatherRing},
     Algorithm{"bruck", Collective::AllGather,
-              "ceil(log2 n) rounds: rank r sends the blocks it has gathered to rank r-2^k and receives as many "
-              "from r+2^k; latency-optimal for small blocks",
+              "ceil(log2 n) rounds: rank r sends the blocks it has gathered to rank r-2^k and "
+              "receives as many from r+2^k; latency-optimal for small blocks",
               "any world size", &always, &buildAllGatherBruck},
     Algorithm{"shm", Collective::AllGather,
               "each rank copies its block into shared memory and every rank copies all blocks out, chunk by chunk",

@@ -69,7 +69,8 @@ UcxInfo ucxInfo() {
 int ucxMemoryEvents() {
   // Looked up, not linked: ringx links libucp alone, and libucm is loaded
   // with it.
-  const auto* opts = static_cast<const ucm_global_config_t*>(::dlsym(RTLD_DEFAULT, "ucm_global_opts"));
+  const auto* opts =
+      static_cast<const ucm_global_config_t*>(::dlsym(RTLD_DEFAULT, "ucm_global_opts"));
   return opts ? (opts->enable_events ? 1 : 0) : -1;
 }
 
