@@ -184,7 +184,8 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     // Every rank of a shared-memory group has an area, or none has
     // (ShmArea::create); UCX's own shared memory needs the peers' processes too.
     const bool ucxSharesMemory = (shm_ && topology_.sameNamespacesPerHost) || size == 1;
-    uopts.tls = ucxTransportsFor(uopts.tls, std::getenv("UCX_TLS"), ucxSharesMemory);
+    uopts.tls = ucxTransportsFor(uopts.tls, std::getenv("UCX_TLS"), ucxSharesMemory,
+                                 std::getenv("UCX_UNIFIED_MODE"));
     auto transport = makeUcxTransport(adapter, rank, size, uopts);
     phase("UCX");
     comm_ = std::make_shared<Communicator>(std::move(transport), copts);

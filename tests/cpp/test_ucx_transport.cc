@@ -389,4 +389,8 @@ TEST_CASE("a group on one host asks UCX for every transport but TCP, unless the 
   REQUIRE(ucxTransportsFor("", "tcp,self", true).empty());
   REQUIRE(ucxTransportsFor("tcp,sm,self", nullptr, true) == "tcp,sm,self");
   REQUIRE(ucxTransportsFor("rc,sm,self", "tcp", false) == "rc,sm,self");
+  // UCX's unified mode cannot reach even the process itself without a network transport.
+  REQUIRE(ucxTransportsFor("", nullptr, true, "y").empty());
+  REQUIRE(ucxTransportsFor("", nullptr, true, "YES").empty());
+  REQUIRE(ucxTransportsFor("", nullptr, true, "n") == "^tcp");
 }

@@ -132,7 +132,8 @@ def _ucx_version():
     return ringx._C._ucx()["version"]
 
 
-@pytest.mark.parametrize("env,asked,link", [({}, "^tcp", r"(?!tcp)\w+/"), ({"UCX_TLS": "tcp,self"}, None, r"tcp/")])
+@pytest.mark.parametrize("env,asked,link", [({}, "^tcp", r"(?!tcp)\w+/"), ({"UCX_TLS": "tcp,self"}, None, r"tcp/"),
+                                            ({"UCX_UNIFIED_MODE": "y"}, None, r"\w+/")])
 def test_a_group_on_one_host_leaves_tcp_out_of_ucx_unless_the_user_chose(env, asked, link):
     # Shared memory carries a one-host group's UCX traffic anyway; TCP only
     # costs start-up. A user's UCX_TLS (or RINGX_TLS) stands.

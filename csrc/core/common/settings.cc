@@ -106,7 +106,8 @@ const std::vector<Setting> kSettings = {
      "probe does. `RINGX_DEBUG=INFO` logs the probe's outcome and why it failed."},
     {"RINGX_TLS", SettingType::Text, "UCX transport list", "",
      "unset: `^tcp` (all but TCP) for a group whose ranks share one host's memory and pid "
-     "namespace, else UCX chooses",
+     "namespace (unless `UCX_UNIFIED_MODE` is on: it needs a network transport), else UCX "
+     "chooses",
      nullptr, false,
      "UCX transports to use, as UCX's `UCX_TLS` (which also works; either one set is used as "
      "is). On one host UCX carries the data over shared memory either way; leaving TCP out "

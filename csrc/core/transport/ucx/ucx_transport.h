@@ -6,6 +6,7 @@
 // (Transport::subset) take further channels on the same worker.
 #pragma once
 
+#include <cctype>
 #include <memory>
 #include <string>
 
@@ -28,8 +29,17 @@ struct UcxOptions {
 // development VM) with or without TCP, which only costs start-up: its
 // interfaces and an endpoint per peer took a world-32 group's creation from
 // 0.24-0.31 s to 0.30-0.34 s on 2 cores (docs/benchmarks.md, 2026-11-30).
-inline std::string ucxTransportsFor(const std::string& ringxTls, const char* ucxTls, bool oneHost) {
+// UCX_UNIFIED_MODE (`ucxUnified`, as UCX reads a yes/no value) wants a
+// network transport: with shared memory alone, even the endpoint to the
+// process itself is unreachable, so there UCX keeps its own list too.
+inline std::string ucxTransportsFor(const std::string& ringxTls, const char* ucxTls, bool oneHost,
+                                    const char* ucxUnified = nullptr) {
   if (!ringxTls.empty() || ucxTls != nullptr) return ringxTls;
+  if (ucxUnified != nullptr) {
+    std::string v(ucxUnified);
+    for (char& c : v) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (v == "y" || v == "yes" || v == "1" || v == "on" || v == "true") return "";
+  }
   return oneHost ? "^tcp" : "";
 }
 
