@@ -34,29 +34,31 @@ Schedule buildAllGatherBruck(const CollArgs& a) {
   const int n = a.size, r = a.rank;
   const size_t blockBytes = a.count * dtypeSize(a.dtype);
   auto* out = static_cast<std::byte*>(a.buf);
-  std::vector<StepId> have;
+  // Done once every block this rank holds so far is in the output.
+  StepId held = kNoStep;
   if (a.input && a.input != out + r * blockBytes && blockBytes) {
-    have.push_back(s.copy(out + r * blockBytes, a.input, blockBytes));
+    held = s.copy(out + r * blockBytes, a.input, blockBytes);
   }
   if (n == 1 || a.count == 0) return s;
 
-  std::vector<StepId> received;
+  std::vector<StepId> lastRound;
   for (int k = 0, d = 1; d < n; ++k, d *= 2) {
+    if (!lastRound.empty()) {
+      lastRound.push_back(held);
+      held = s.join(lastRound);
+    }
     const int m = std::min(d, n - d);
     const int from = (r + d) % n, to = (r - d + n) % n;
-    const auto in = runsOf((r + d) % n, m, n);
-    for (size_t i = 0; i < in.size(); ++i) {
-      received.push_back(s.recv(from, collTag(a.seq, 2 * k + int(i)),
-                                 out + in[i].first * blockBytes,
-                                 size_t(in[i].second) * blockBytes));
+    lastRound.clear();
+    for (const auto& [block, blocks] : runsOf((r + d) % n, m, n)) {
+      lastRound.push_back(s.recv(from, collTag(a.seq, 2 * k + int(lastRound.size())),
+                                 out + block * blockBytes, size_t(blocks) * blockBytes));
     }
-    const StepId held = have.empty() ? kNoStep : s.join(have);
-    const auto outRuns = runsOf(r, m, n);
-    for (size_t i = 0; i < outRuns.size(); ++i) {
-      s.send(to, collTag(a.seq, 2 * k + int(i)), out + outRuns[i].first * blockBytes,
-             size_t(outRuns[i].second) * blockBytes, {held});
+    int piece = 0;
+    for (const auto& [block, blocks] : runsOf(r, m, n)) {
+      s.send(to, collTag(a.seq, 2 * k + piece++), out + block * blockBytes,
+             size_t(blocks) * blockBytes, {held});
     }
-    have.insert(have.end(), received.end() - std::ptrdiff_t(in.size()), received.end());
   }
   return s;
 }

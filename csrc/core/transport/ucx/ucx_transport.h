@@ -6,9 +6,11 @@
 // (Transport::subset) take further channels on the same worker.
 #pragma once
 
-#include <cctype>
+#include <strings.h>
+
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/common/store.h"
 #include "core/transport/transport.h"
@@ -29,16 +31,17 @@ struct UcxOptions {
 // development VM) with or without TCP, which only costs start-up: its
 // interfaces and an endpoint per peer took a world-32 group's creation from
 // 0.24-0.31 s to 0.30-0.34 s on 2 cores (docs/benchmarks.md, 2026-11-30).
-// UCX_UNIFIED_MODE (`ucxUnified`, as UCX reads a yes/no value) wants a
-// network transport: with shared memory alone, even the endpoint to the
-// process itself is unreachable, so there UCX keeps its own list too.
+// UCX_UNIFIED_MODE on (`ucxUnified`: y, yes or 1, the values UCX reads as
+// true) wants a network transport: with shared memory alone, even the
+// endpoint to the process itself is unreachable, so there UCX keeps its own
+// list too.
 inline std::string ucxTransportsFor(const std::string& ringxTls, const char* ucxTls, bool oneHost,
                                     const char* ucxUnified = nullptr) {
   if (!ringxTls.empty() || ucxTls != nullptr) return ringxTls;
-  if (ucxUnified != nullptr) {
-    std::string v(ucxUnified);
-    for (char& c : v) c = char(std::tolower(static_cast<unsigned char>(c)));
-    if (v == "y" || v == "yes" || v == "1" || v == "on" || v == "true") return "";
+  if (ucxUnified != nullptr && (::strcasecmp(ucxUnified, "y") == 0 ||
+                                ::strcasecmp(ucxUnified, "yes") == 0 ||
+                                std::string_view(ucxUnified) == "1")) {
+    return "";
   }
   return oneHost ? "^tcp" : "";
 }
