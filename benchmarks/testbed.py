@@ -148,33 +148,49 @@ def worker(args) -> None:
             elems = nbytes // 4  # the whole buffer: all_gather's output, reduce_scatter's input
             names = ["ringx"] + ([] if args.no_flat else FLAT_FOR[coll]) + ["gloo"]
             times = {name: [] for name in names}
+            cpus = {name: [0.0, 0.0] for name in names}
             for i in range(iters + 1):
                 for name in names:
-                    took = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}",
+                    took, cpu = call(dist, torch, coll, elems, rank, world, groups[name], sync, f"{name} {coll} {label}",
                                 args.root, BACK_TO_BACK if nbytes < BACK_TO_BACK_BELOW else 1)
                     slowest = torch.tensor([took], dtype=torch.float64)
                     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=sync)
                     if i:  # the first call of each warms up connections and buffers
                         times[name].append(slowest.item())
+                        cpus[name] = [t + c / iters for t, c in zip(cpus[name], cpu)]
             results[f"{coll} {label}"] = times
+            results[f"cpu {coll} {label}"] = cpus
     if rank == 0:
         print("RESULT " + json.dumps(results), flush=True)
     dist.destroy_process_group()
 
 
-def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1) -> float:
+def machine_cpu() -> tuple[float, float]:
+    """Seconds of CPU the whole machine has spent busy, and of them in the kernel
+    (system, interrupts, softirqs: the hosts' TCP stacks). /proc/stat is not
+    namespaced, so every test-bed host's work counts."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in f.readline().split()[1:8])
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, (system + irq + softirq) / hz
+
+
+def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1):
     """`calls` collectives on `group` back to back after a barrier on `sync`; checks
-    the result and returns this rank's time per call in seconds."""
+    the result and returns this rank's time per call in seconds, and the CPU the
+    machine spent meanwhile per call (busy, kernel) in seconds."""
     block = elems // world
     if coll == "barrier":
         # Back to back, since the skew of the gloo barrier before it (hundreds
         # of microseconds) would hide what one barrier costs.
         dist.barrier(group=sync)
         dist.barrier(group=group)
+        cpu = machine_cpu()
         start = time.perf_counter()
         for _ in range(BARRIERS):
             dist.barrier(group=group)
-        return (time.perf_counter() - start) / BARRIERS
+        took = (time.perf_counter() - start) / BARRIERS
+        return took, tuple((b - a) / BARRIERS for a, b in zip(cpu, machine_cpu()))
     if coll == "all_reduce":
         t = torch.full((elems,), float(rank + 1))
         op = lambda: dist.all_reduce(t, group=group)  # noqa: E731
@@ -214,13 +230,15 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1
         op = lambda: dist.reduce_scatter_tensor(out, src, group=group)  # noqa: E731
         ok = lambda: out[0].item() == world * rank + world * (world - 1) / 2  # noqa: E731
     dist.barrier(group=sync)
+    cpu = machine_cpu()
     start = time.perf_counter()
     for _ in range(calls):
         op()
     took = (time.perf_counter() - start) / calls
+    cpu = tuple((b - a) / calls for a, b in zip(cpu, machine_cpu()))
     if not ok():
         raise SystemExit(f"{what}: wrong result on rank {rank}")
-    return took
+    return took, cpu
 
 
 def pct(v, q):
@@ -278,13 +296,15 @@ def main() -> int:
         return 1
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
+    cpu = {key[len("cpu "):]: results.pop(key) for key in list(results) if key.startswith("cpu ")}
+    cores = os.cpu_count()
     layout = f"hosts of {args.layout} ranks" if args.layout else f"{args.hosts} hosts x {args.ranks_per_host} ranks"
     layout += ", a pid namespace per rank" if args.containers else ""
     print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
           f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
     print(f"{'collective':>14} {'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} "
-          f"{'/ flat':>7} {'bound ms':>9} {'bound %':>8}")
+          f"{'/ flat':>7} {'bound ms':>9} {'bound %':>8} {'CPU ms':>7} {'kernel':>7} {'busy %':>7}")
     table = []
     for key, times in results.items():
         coll, label = key.split()
@@ -306,14 +326,20 @@ def main() -> int:
                 2 if coll == "all_reduce" else 1)
         bound = crossing / link if args.hosts > 1 else float("nan")
         for name, v in times.items():
+            # The machine's CPU per call (every host's ranks and TCP stacks,
+            # over rank 0's timed calls), and its share of all the cores: near
+            # 100% the calls wait for CPU, not for the links.
+            busy, kernel = cpu[key][name]
             row = {"collective": coll, "size": label, "bytes": nbytes, "config": name, "median_s": med[name],
                    "p10_s": pct(v, 0.1), "p90_s": pct(v, 0.9), "vs_gloo": med[name] / med["gloo"],
-                   "vs_best_flat": med[name] / best_flat, "bound_s": bound, "of_bound": bound / med[name]}
+                   "vs_best_flat": med[name] / best_flat, "bound_s": bound, "of_bound": bound / med[name],
+                   "cpu_s": busy, "kernel_s": kernel, "busy": busy / (cores * statistics.mean(v))}
             table.append(row)
             print(f"{coll:>14} {label:>6} {name:>18} {med[name] * 1e3:10.2f} "
                   f"{row['p10_s'] * 1e3:7.2f}-{row['p90_s'] * 1e3:<8.2f} {row['vs_gloo']:7.2f} "
                   f"{row['vs_best_flat']:7.2f} " + (f"{bound * 1e3:9.1f} {100 * row['of_bound']:7.0f}%" if nbytes
-                                                    else f"{'-':>9} {'-':>8}"))
+                                                    else f"{'-':>9} {'-':>8}")
+                  + f" {busy * 1e3:7.2f} {kernel * 1e3:7.2f} {100 * row['busy']:6.0f}%")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "containers": args.containers,

@@ -139,6 +139,7 @@ ProcessGroupRingx::ProcessGroupRingx(const c10::intrusive_ptr<c10d::Store>& stor
     const SpinDecision decided =
         decideSpin(spin, cpusAvailable(), ranksOnThisHost(topology_, rank));
     copts.spin = decided.spin;
+    copts.gaugeNetworkSpin = decided.gaugeNetwork;
     RINGX_LOG(Info, "ringx: rank " << rank << " " << decided.why);
     if (settingFlag("RINGX_SHM")) {
       // Slots hold whole elements of any dtype and start cache-line aligned.

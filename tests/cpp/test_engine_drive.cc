@@ -20,11 +20,13 @@ using Clock = std::chrono::steady_clock;
 // Threads as ranks, each with its shared-memory area and the area's doorbell
 // wired into its communicator, as the torch adapter does.
 struct BellWorld {
-  BellWorld(int size, std::chrono::microseconds spin) : world(makeLoopbackWorld(size)), areas(size) {
+  BellWorld(int size, std::chrono::microseconds spin, bool gaugeNetworkSpin = false)
+      : world(makeLoopbackWorld(size)), areas(size) {
     onEachRank(size, [&](int r) { areas[r] = ShmArea::create(store, "d", r, size, 4096); });
     for (int r = 0; r < size; ++r) {
       CommOptions o;
       o.spin = spin;
+      o.gaugeNetworkSpin = gaugeNetworkSpin;
       o.bell = areas[r]->bell();
       comms.push_back(std::make_unique<Communicator>(std::move(world.transports[r]), o));
     }
@@ -253,4 +255,77 @@ TEST_CASE(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   CAPTURE(ms);
   REQUIRE(ms < 10000);
+}
+
+namespace {
+
+// One float from rank 1 to rank 0 per round, rank 1 sending `late` after
+// rank 0 began to wait; both drive their op to the end.
+void exchangeRounds(std::vector<std::unique_ptr<Communicator>>& comms, int rounds,
+                    std::chrono::microseconds late, uint64_t firstSeq) {
+  onEachRank(2, [&](int r) {
+    for (int k = 0; k < rounds; ++k) {
+      const uint64_t seq = firstSeq + uint64_t(k);
+      Pending p;
+      p.buf.assign(1, float(r == 1 ? k : -1));
+      Schedule s(DType::F32, ReduceOp::Sum);
+      if (r == 0) {
+        s.recv(1, collTag(seq, 0), p.buf.data(), sizeof(float));
+      } else {
+        std::this_thread::sleep_for(late);
+        s.send(0, collTag(seq, 0), p.buf.data(), sizeof(float));
+      }
+      auto op = std::make_unique<Op>("exchange", seq, std::move(s));
+      Pending* pp = &p;
+      op->onDone = [pp](const Error* e) {
+        if (e) pp->error = *e;
+        pp->done = true;
+      };
+      comms[size_t(r)]->submit(std::move(op));
+      waitDriving(*comms[size_t(r)], p);
+      RANK_REQUIRE_NO_ERROR(p.error);
+      RANK_REQUIRE(p.buf[0] == float(k));
+    }
+  });
+}
+
+}  // namespace
+
+TEST_CASE(
+    "with the network spin gauged (auto), a rank whose waits for the network outlast the spin "
+    "stops spinning on them; with a fixed spin it keeps spinning") {
+  const bool gauged = GENERATE(true, false);
+  CAPTURE(gauged);
+  auto world = makeLoopbackWorld(2);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& t : world.transports) {
+    CommOptions o;
+    o.spin = 50us;
+    o.gaugeNetworkSpin = gauged;
+    comms.push_back(std::make_unique<Communicator>(std::move(t), o));
+  }
+  REQUIRE(comms[0]->spinsOnNetwork());
+  // Each of rank 0's waits lasts at least 3 ms, 60 times its spin.
+  exchangeRounds(comms, 12, 3ms, 1);
+  CHECK(comms[0]->spinsOnNetwork() == !gauged);
+  // Rank 1 never waited: its sends complete as it posts them.
+  CHECK(comms[1]->spinsOnNetwork());
+}
+
+TEST_CASE(
+    "with the network spin gauged, waits on peers' shared-memory counters keep the spin, however "
+    "long they last") {
+  constexpr int size = 2;
+  BellWorld w(size, 50us, true);
+  onEachRank(size, [&](int r) {
+    for (int k = 0; k < 12; ++k) {
+      if (r == 1) std::this_thread::sleep_for(3ms);
+      Pending p;
+      p.buf.assign(16, float(r + k));
+      submitAllReduce(*w.comms[r], w.areas[r].get(), r, size, uint64_t(k + 1), p);
+      waitDriving(*w.comms[r], p);
+      RANK_REQUIRE_NO_ERROR(p.error);
+    }
+  });
+  CHECK(w.comms[0]->spinsOnNetwork());
 }

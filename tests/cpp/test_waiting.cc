@@ -12,6 +12,7 @@
 
 #include "core/common/futex_bell.h"
 #include "core/common/spin_policy.h"
+#include "core/engine/spin_gauge.h"
 
 using namespace ringx;
 using namespace std::chrono_literals;
@@ -159,8 +160,43 @@ TEST_CASE(
   CHECK(decideSpin(std::nullopt, 2, 2).spin == kSpinWithOwnCore);
   CHECK(decideSpin(std::nullopt, 64, 8).spin == kSpinWithOwnCore);
   CHECK(decideSpin(std::nullopt, 2, 8).why.find("sleeps at once") != std::string::npos);
+  // auto also gauges the spin on the network; a fixed value does not.
+  CHECK(decideSpin(std::nullopt, 64, 8).gaugeNetwork);
+  CHECK_FALSE(decideSpin(50us, 64, 8).gaugeNetwork);
   // An explicit value wins either way.
   CHECK(decideSpin(20us, 2, 8).spin == 20us);
   CHECK(decideSpin(0us, 64, 2).spin == 0us);
   CHECK(cpusAvailable() >= 1);
+}
+
+TEST_CASE(
+    "the network spin gauge stops the spin after long waits and brings it back once short waits "
+    "are half of the recent ones") {
+  SpinGauge g(50us);
+  REQUIRE(g.worthSpinning());
+  int longWaits = 0;
+  while (g.worthSpinning()) {
+    g.record(2ms);
+    ++longWaits;
+  }
+  // One slow wait does not stop it; a run of them does.
+  CHECK(longWaits > 3);
+  CHECK(longWaits < 10);
+  g.record(50us);  // exactly the budget counts as short
+  int shortWaits = 1;
+  while (!g.worthSpinning()) {
+    g.record(10us);
+    ++shortWaits;
+  }
+  CHECK(shortWaits < 10);
+  for (int i = 0; i < 50; ++i) g.record(std::chrono::microseconds(i % 2 ? 10 : 5000));
+  CHECK(g.shortShare() > 0.3);
+  CHECK(g.shortShare() < 0.7);
+}
+
+TEST_CASE("a gauge for no spin never spins, whatever the waits") {
+  SpinGauge g(0us);
+  CHECK_FALSE(g.worthSpinning());
+  g.record(0us);
+  CHECK_FALSE(g.worthSpinning());
 }

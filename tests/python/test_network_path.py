@@ -146,6 +146,33 @@ def test_a_group_on_one_host_leaves_tcp_out_of_ucx_unless_the_user_chose(env, as
     assert re.match(link, line.group(3)) or line.group(3).startswith("(UCX before 1.14"), line.group(0)
 
 
+def test_spin_auto_is_logged_and_gauges_waits_on_a_slow_peer():
+    # RINGX_SPIN_US=auto stops spinning on waits for the network that outlast
+    # the spin (a peer that sends late here); the data must still arrive.
+    with harness.World(2, env={"RINGX_SPIN_US": "auto", "RINGX_DEBUG": "INFO"}) as world:
+        world.run(_late_sends)
+        text = world.log_text(0)
+    line = re.search(r"ringx: rank 0 (spins|sleeps)[^\n]*RINGX_SPIN_US=auto[^\n]*", text)
+    assert line, text[-4000:]
+    assert "on the network alone only while" in line.group(0) or "sleeps at once" in line.group(0), line.group(0)
+
+
+def _late_sends():
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    for k in range(12):
+        t = torch.full((4,), float(k if dist.get_rank() == 1 else -1))
+        if dist.get_rank() == 1:
+            time.sleep(0.003)
+            dist.send(t, 0)
+        else:
+            dist.recv(t, 1)
+            assert t.tolist() == [float(k)] * 4
+
+
 def _all_reduce_of_ranks():
     import torch
     import torch.distributed as dist

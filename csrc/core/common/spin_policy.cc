@@ -28,15 +28,17 @@ SpinDecision decideSpin(std::optional<std::chrono::microseconds> setting, int cp
   const std::string counts = std::to_string(ranksOnHost) + " ranks on this host, " +
                              std::to_string(cpus) + " CPUs to run them";
   if (setting) {
-    return {*setting, "spins " + std::to_string(setting->count()) +
-                          " us before sleeping (RINGX_SPIN_US; " + counts + ")"};
+    return {*setting, false,
+            "spins " + std::to_string(setting->count()) + " us before sleeping (RINGX_SPIN_US; " +
+                counts + ")"};
   }
   if (cpus >= ranksOnHost) {
-    return {kSpinWithOwnCore, "spins " + std::to_string(kSpinWithOwnCore.count()) +
-                                  " us before sleeping (RINGX_SPIN_US=auto: " + counts +
-                                  ", a core each)"};
+    return {kSpinWithOwnCore, true,
+            "spins " + std::to_string(kSpinWithOwnCore.count()) +
+                " us before sleeping (RINGX_SPIN_US=auto: " + counts +
+                ", a core each), on the network alone only while such waits mostly end within it"};
   }
-  return {std::chrono::microseconds(0),
+  return {std::chrono::microseconds(0), true,
           "sleeps at once when it waits (RINGX_SPIN_US=auto: " + counts +
               ", so a spin would take a core "
               "from a rank that could move)"};

@@ -20,6 +20,9 @@ std::optional<std::chrono::microseconds> spinSetting();
 
 struct SpinDecision {
   std::chrono::microseconds spin{0};
+  // `auto`: a wait for the network alone spins only while such waits mostly
+  // end within the spin (CommOptions::gaugeNetworkSpin).
+  bool gaugeNetwork = false;
   std::string why;  // for the INFO log
 };
 

@@ -48,6 +48,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
       options_(options),
       rank_(transport_->rank()),
       size_(transport_->size()),
+      netSpin_(options.spin),
       creatorPid_(processId()),
       creatorFork_(forkGeneration()),
       callbacks_(kMaxCallbackThreads, options.cpu) {
@@ -174,6 +175,7 @@ Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::
   }
   Drive result = Drive::Done;
   auto idleSince = Clock::now();
+  Wait wait;
   for (;;) {
     if (done()) break;
     if (stopping_ || closed_) {
@@ -186,10 +188,12 @@ Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::
     }
     if (pass()) {
       idleSince = Clock::now();
+      endWait(wait);
       continue;
     }
     if (done()) break;
     Nap nap = planNap(idleSince, until);
+    noteNap(wait, nap);
     if (bool moved = false; nap.kind == Nap::Kind::Bell && !armBell(nap, moved)) {
       if (moved) idleSince = Clock::now();
       continue;

@@ -66,6 +66,7 @@
 #include "core/common/futex_bell.h"
 #include "core/engine/callback_pool.h"
 #include "core/engine/op.h"
+#include "core/engine/spin_gauge.h"
 #include "core/transport/transport.h"
 
 namespace ringx {
@@ -73,6 +74,9 @@ namespace ringx {
 struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   std::chrono::microseconds spin{50};
+  // RINGX_SPIN_US=auto: a wait for the network alone spins only while such
+  // waits mostly end within the spin (spin_gauge.h).
+  bool gaugeNetworkSpin = false;
   // The CPU the progress and completion threads run on; -1 leaves them to
   // the scheduler.
   int cpu = -1;
@@ -126,6 +130,13 @@ class Communicator {
   // Ops submitted and not yet ended (completed or failed).
   int opsInFlight() const { return inFlight_.load(); }
 
+  // Whether a thread that waits for the network alone spins now, or sleeps
+  // at once (CommOptions::gaugeNetworkSpin).
+  bool spinsOnNetwork() {
+    std::lock_guard<std::mutex> pl(progressMu_);
+    return options_.spin.count() > 0 && (!options_.gaugeNetworkSpin || netSpin_.worthSpinning());
+  }
+
   // Stops like abort(why), but hands the transport over instead of closing
   // it, with nothing of this communicator's ops left in it: the connections
   // then serve a group shrunk from this one. Null when the communicator was
@@ -155,8 +166,18 @@ class Communicator {
     // Woken from a sleep, the thread spins again; a slice that ran out
     // proves nothing moved, so it sleeps again at once.
     bool restartsSpin() const { return (kind == Kind::Bell && !slice) || kind == Kind::Events; }
+    bool networkOnly = false;  // ops are pending and wait for the network alone
+  };
+  // One idle spell of a progressing thread, from the last pass that moved
+  // something: scored by netSpin_ when every nap of it waited for the network alone.
+  struct Wait {
+    Clock::time_point since = Clock::now();
+    bool napped = false;
+    bool networkOnly = true;
   };
   Nap planNap(Clock::time_point idleSince, std::optional<Clock::time_point> until);
+  void noteNap(Wait& wait, const Nap& nap) const;
+  void endWait(Wait& wait);
   uint64_t awaitedBells() const;
   bool bellsCover(uint64_t waitsFor) const;
   bool armBell(Nap& nap, bool& moved);
@@ -240,6 +261,7 @@ class Communicator {
   // When each closed peer was first seen closed (progress thread only).
   std::map<int, Clock::time_point> deadSince_;
   bool closed_ = false;  // the progress thread has ended every op and dropped the transport
+  SpinGauge netSpin_;  // whether the spin pays on network-only waits
 
   const int creatorPid_;
   const int creatorFork_;  // forkGeneration() at creation

@@ -120,7 +120,10 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
   Nap nap;
   const bool polling = std::any_of(active_.begin(), active_.end(),
                                    [](auto& a) { return !a->ended && (!a->polling.empty() || !a->onDevice.empty()); });
-  if (Clock::now() - idleSince < options_.spin) {
+  nap.networkOnly =
+      !polling && std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
+  if (Clock::now() - idleSince < options_.spin &&
+      (!nap.networkOnly || !options_.gaugeNetworkSpin || netSpin_.worthSpinning())) {
     nap.kind = Nap::Kind::Yield;
   } else if (polling && options_.bell && noDeviceWork()) {
     // Polls on peers' shared-memory counters, whose moves ring the doorbell:
@@ -152,6 +155,20 @@ bool Communicator::armBell(Nap& nap, bool& moved) {
   if (!moved && bellsCover(nap.waitsFor)) return true;
   options_.bell->disarm();
   return false;
+}
+
+// With progressMu_ held, for each nap planned and after each pass that
+// moved something: a wait ends with the move, and is scored if every nap
+// of it waited for the network alone.
+void Communicator::noteNap(Wait& wait, const Nap& nap) const {
+  wait.napped = true;
+  wait.networkOnly = wait.networkOnly && nap.networkOnly;
+}
+
+void Communicator::endWait(Wait& wait) {
+  const auto now = Clock::now();
+  if (wait.napped && wait.networkOnly) netSpin_.record(now - wait.since);
+  wait = Wait{now};
 }
 
 void Communicator::takeNap(const Nap& nap) {
@@ -261,9 +278,11 @@ void Communicator::progressLoop() {
   ::pthread_setname_np(::pthread_self(), "ringx-progress");
   pinThisThread();
   auto idleSince = Clock::now();
+  Wait wait;
   for (;;) {
     if (drivers_.load() > 0) {
       park();
+      wait = Wait{};
       continue;
     }
     std::unique_lock<std::mutex> pl(progressMu_);
@@ -274,10 +293,12 @@ void Communicator::progressLoop() {
     }
     if (pass()) {
       idleSince = Clock::now();
+      endWait(wait);
       continue;
     }
     if (drivers_.load() > 0) continue;
     Nap nap = planNap(idleSince, std::nullopt);
+    noteNap(wait, nap);
     if (bool moved = false; nap.kind == Nap::Kind::Bell && !armBell(nap, moved)) {
       if (moved) idleSince = Clock::now();
       continue;
