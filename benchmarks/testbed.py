@@ -130,7 +130,10 @@ def worker(args) -> None:
     peer = world - 1
     msg = torch.zeros(2)
     rtts = []
+    cpu = None
     for i in range(args.pingpongs + 1):
+        if i == 1:
+            cpu = machine_cpu()
         start = time.perf_counter()
         if rank == 0:
             dist.send(msg, peer)
@@ -140,7 +143,13 @@ def worker(args) -> None:
             dist.send(msg, 0)
         if i:
             rtts.append(time.perf_counter() - start)
-    results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None}
+    # The machine's CPU per one-way message (both hosts' stacks and ranks, the
+    # other ranks waiting in a gloo barrier): what each message crossing
+    # hosts costs the shared cores.
+    messages = 2 * args.pingpongs
+    per_message = [(b - a) / messages * 1e6 for a, b in zip(cpu, machine_cpu())]
+    results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None,
+               "message_cpu_us": per_message}
     for coll in args.collectives.split(","):
         sizes = {label: SIZES[label] for label in args.sizes.split(",")}
         for label, nbytes in (sizes if coll != "barrier" else {"0B": 0}).items():
@@ -296,13 +305,15 @@ def main() -> int:
         return 1
     results = json.loads(found[0][len("RESULT "):])
     one_way_us = results.pop("one_way_us")
+    message_cpu_us, message_kernel_us = results.pop("message_cpu_us")
     cpu = {key[len("cpu "):]: results.pop(key) for key in list(results) if key.startswith("cpu ")}
     cores = os.cpu_count()
     layout = f"hosts of {args.layout} ranks" if args.layout else f"{args.hosts} hosts x {args.ranks_per_host} ranks"
     layout += ", a pid namespace per rank" if args.containers else ""
     print(f"float32, {layout}, links {rate or 'unshaped'}; link measured at {link / 1e6:.1f} MB/s "
           f"each way (one TCP stream each way at once); ringx 8 B send/recv one way across hosts "
-          f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2)")
+          f"{one_way_us:.1f} us (median of {args.pingpongs} round trips / 2), the machine's CPU per message "
+          f"{message_cpu_us:.0f} us ({message_kernel_us:.0f} in the kernel)")
     print(f"{'collective':>14} {'size':>6} {'config':>18} {'median ms':>10} {'p10-p90 ms':>16} {'/ gloo':>7} "
           f"{'/ flat':>7} {'bound ms':>9} {'bound %':>8} {'CPU ms':>7} {'kernel':>7} {'busy %':>7}")
     table = []
@@ -343,7 +354,8 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"hosts": args.hosts, "ranks_per_host": ranks, "containers": args.containers,
-                       "root": args.root, "rate": rate, "sizes": args.sizes, "no_flat": args.no_flat, "link_bytes_per_s": link, "one_way_us": one_way_us, "iters": args.iters, "big_iters": args.big_iters,
+                       "root": args.root, "rate": rate, "sizes": args.sizes, "no_flat": args.no_flat, "link_bytes_per_s": link, "one_way_us": one_way_us,
+                       "message_cpu_us": message_cpu_us, "message_kernel_us": message_kernel_us, "iters": args.iters, "big_iters": args.big_iters,
                        "rows": table, "raw": results}, f, indent=1)
     return 0
 

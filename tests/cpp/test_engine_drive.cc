@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 
 #include "core/transport/loopback/loopback_transport.h"
 #include "core/transport/shm/shm_area.h"
@@ -328,4 +330,67 @@ TEST_CASE(
     }
   });
   CHECK(w.comms[0]->spinsOnNetwork());
+}
+
+namespace {
+
+std::vector<std::string> progressThreadIds() {
+  std::vector<std::string> ids;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "ringx-progress") ids.push_back(task.path().filename().string());
+  }
+  return ids;
+}
+
+long voluntarySwitches(const std::string& tid) {
+  std::ifstream status("/proc/self/task/" + tid + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("a communicator with no op pending is not woken by each message a peer sends it") {
+  auto world = makeLoopbackWorld(2);
+  CommOptions o;
+  o.spin = 50us;
+  auto idle = std::make_unique<Communicator>(std::move(world.transports[0]), o);
+  // The thread names itself once it runs.
+  std::vector<std::string> ids = progressThreadIds();
+  for (auto giveUp = Clock::now() + 5s; ids.size() != 1 && Clock::now() < giveUp; ids = progressThreadIds()) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(ids.size() == 1);
+  const std::string tid = ids.front();
+  auto sender = std::make_unique<Communicator>(std::move(world.transports[1]), o);
+  std::this_thread::sleep_for(20ms);
+  const long switches = voluntarySwitches(tid);
+  REQUIRE(switches >= 0);
+  // 60 messages 2 ms apart, none of which rank 0 has asked for yet: it
+  // looks at the network every 100 ms meanwhile, about twice.
+  constexpr int kMessages = 60;
+  std::vector<float> payload(kMessages);
+  for (int k = 0; k < kMessages; ++k) {
+    payload[size_t(k)] = float(k);
+    Schedule s(DType::F32, ReduceOp::Sum);
+    s.send(0, collTag(uint64_t(k + 1), 0), &payload[size_t(k)], sizeof(float));
+    RANK_REQUIRE_NO_ERROR(runOp(*sender, "send", uint64_t(k + 1), std::move(s)));
+    std::this_thread::sleep_for(2ms);
+  }
+  const long woken = voluntarySwitches(tid) - switches;
+  CAPTURE(woken);
+  CHECK(woken < kMessages / 2);
+  // Asked for now, every message is there.
+  std::vector<float> got(kMessages, -1.0f);
+  for (int k = 0; k < kMessages; ++k) {
+    Schedule s(DType::F32, ReduceOp::Sum);
+    s.recv(1, collTag(uint64_t(k + 1), 0), &got[size_t(k)], sizeof(float));
+    RANK_REQUIRE_NO_ERROR(runOp(*idle, "recv", uint64_t(k + 1), std::move(s)));
+  }
+  CHECK(got == payload);
 }

@@ -55,16 +55,18 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   timerFd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wakeFd_ < 0 || timerFd_ < 0 || epollFd_ < 0) {
+  idleEpollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (wakeFd_ < 0 || timerFd_ < 0 || epollFd_ < 0 || idleEpollFd_ < 0) {
     throw Error(ErrorKind::Internal, "ringx: eventfd/timerfd/epoll creation failed");
   }
   nextPeerCheck_ = Clock::now();
   peerExitsChecked_ = exitsSeen();
-  for (int fd : {wakeFd_, timerFd_, transport_->eventFd()}) {
+  for (auto [set, fd] : {std::pair{epollFd_, wakeFd_}, {epollFd_, timerFd_}, {epollFd_, transport_->eventFd()},
+                         {idleEpollFd_, wakeFd_}, {idleEpollFd_, timerFd_}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (::epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) != 0) {
       throw Error(ErrorKind::Internal, std::string("ringx: epoll_ctl failed: ") + std::strerror(errno));
     }
   }
@@ -83,6 +85,7 @@ Communicator::~Communicator() {
   }
   shutdown();
   exitListener_.reset();
+  ::close(idleEpollFd_);
   ::close(epollFd_);
   ::close(timerFd_);
   ::close(wakeFd_);

@@ -156,7 +156,13 @@ class Communicator {
   bool noDeviceWork() const;
   bool transfersInFlight() const;
   struct Nap {
-    enum class Kind { None, Yield, Bell, Events } kind = Kind::None;
+    // Idle: no op of this communicator is pending. It sleeps on its own
+    // wake-ups alone, not on the network's events: peers' data for ops not
+    // yet posted (a root that sends before this rank calls scatter) woke it
+    // for each message, and each wake cost a spin. The nap's limit (100 ms,
+    // untilNextDeadline) still has it look at the network now and then, as
+    // a peer needs of a rank busy elsewhere (UCX making a connection).
+    enum class Kind { None, Yield, Bell, Events, Idle } kind = Kind::None;
     std::chrono::microseconds max{0};
     bool slice = false;  // Bell for at most kMixedNapSlice: transfers in flight too
     uint64_t waitsFor = 0;  // Bell: FutexBell's bits of the ranks awaited
@@ -164,7 +170,9 @@ class Communicator {
     uint64_t workGen = 0;
     uint64_t exits = 0;  // exitsSeen() at the last peer check
     // Woken from a sleep, the thread spins again; a slice that ran out
-    // proves nothing moved, so it sleeps again at once.
+    // proves nothing moved, so it sleeps again at once, and so does an idle
+    // thread after its look at the network (work handed to it moves, which
+    // restarts the spin).
     bool restartsSpin() const { return (kind == Kind::Bell && !slice) || kind == Kind::Events; }
     bool networkOnly = false;  // ops are pending and wait for the network alone
   };
@@ -223,6 +231,7 @@ class Communicator {
   int wakeFd_ = -1;
   int timerFd_ = -1;  // hands an op nobody drives to the progress thread
   int epollFd_ = -1;
+  int idleEpollFd_ = -1;  // wakeFd_ and timerFd_ only: an idle nap
   std::atomic<bool> timerArmed_{false};
 
   mutable std::mutex mu_;  // guards submitted_, the sleep state below, error_, stopping_

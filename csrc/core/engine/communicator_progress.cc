@@ -133,6 +133,8 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
     nap.slice = transfersInFlight();
   } else if (polling) {
     nap.kind = Nap::Kind::Yield;
+  } else if (active_.empty()) {
+    nap.kind = Nap::Kind::Idle;
   } else if (transport_->arm()) {
     nap.kind = Nap::Kind::Events;
   }
@@ -194,7 +196,8 @@ void Communicator::takeNap(const Nap& nap) {
     options_.bell->disarm();
   } else {
     epoll_event events[3];
-    ::epoll_wait(epollFd_, events, 3, int((nap.max.count() + 999) / 1000));
+    ::epoll_wait(nap.kind == Nap::Kind::Idle ? idleEpollFd_ : epollFd_, events, 3,
+                 int((nap.max.count() + 999) / 1000));
     uint64_t v;
     while (::read(wakeFd_, &v, sizeof(v)) > 0) {
     }
