@@ -18,7 +18,8 @@
 // ranks have a CPU each, spin_policy.h) it sleeps: on this rank's shared-memory doorbell when all
 // it waits for is peers' counters, having said for which peer (one that
 // each poll's waitingOn names), so that only its counter moves wake it; otherwise on the
-// transport's event fd (plus an eventfd that submit() writes). Many ranks on
+// transport's event fd (plus an eventfd that submit() writes), and with no op
+// pending on that eventfd and the hand-off timer alone. Many ranks on
 // few cores then neither starve each other nor wake each other for nothing.
 // The exit of a peer process on this host ends either sleep at once where
 // Linux gives a pidfd (exit_watch.h), and brings the next peer check forward;
