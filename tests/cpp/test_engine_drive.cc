@@ -362,7 +362,8 @@ TEST_CASE("a communicator with no op pending is not woken by each message a peer
   auto idle = std::make_unique<Communicator>(std::move(world.transports[0]), o);
   // The thread names itself once it runs.
   std::vector<std::string> ids = progressThreadIds();
-  for (auto giveUp = Clock::now() + 5s; ids.size() != 1 && Clock::now() < giveUp; ids = progressThreadIds()) {
+  for (auto giveUp = Clock::now() + 5s; ids.size() != 1 && Clock::now() < giveUp;
+       ids = progressThreadIds()) {
     std::this_thread::sleep_for(1ms);
   }
   REQUIRE(ids.size() == 1);

@@ -154,7 +154,8 @@ def test_spin_auto_is_logged_and_gauges_waits_on_a_slow_peer():
         text = world.log_text(0)
     line = re.search(r"ringx: rank 0 (spins|sleeps)[^\n]*RINGX_SPIN_US=auto[^\n]*", text)
     assert line, text[-4000:]
-    assert "on the network alone only while" in line.group(0) or "sleeps at once" in line.group(0), line.group(0)
+    said = line.group(0)
+    assert "on the network alone only while" in said or "sleeps at once" in said, said
 
 
 def _late_sends():

@@ -50,12 +50,12 @@ const std::vector<Setting> kSettings = {
      "network between, when it waits for both. Also how long an op nobody waits on may sit before the "
      "progress thread takes it. `auto` spins only where a spin costs no other rank its core: when "
      "this host's ranks (`LOCAL_WORLD_SIZE`, or the group's ranks on the host if more) are no more "
-     "than the CPUs the process may use, and then on the network alone only while such waits have "
-     "mostly ended within the 50 us (a slow link, or hosts that share cores, makes it sleep at once); "
-     "`RINGX_DEBUG=INFO` logs the choice. Not the default: on the loaded 2-core VM `auto` (no spin with "
-     "4-32 ranks) was slower than 50 us (docs/benchmarks.md, \"Waiting with more ranks than cores\"), "
-     "and on the namespace test bed it won with 8 hosts and lost a 4 KiB broadcast on 2 "
-     "(docs/many-hosts.md)."},
+     "than the CPUs the process may use, and then on the network alone only while such waits "
+     "have mostly ended within the 50 us (a slow link, or hosts that share cores, makes it sleep "
+     "at once); `RINGX_DEBUG=INFO` logs the choice. Not the default: on the loaded 2-core VM "
+     "`auto` (no spin with 4-32 ranks) was slower than 50 us (docs/benchmarks.md, \"Waiting "
+     "with more ranks than cores\"), and on the namespace test bed it won with 8 hosts and lost "
+     "a 4 KiB broadcast on 2 (docs/many-hosts.md)."},
     {"RINGX_PIN_THREADS", SettingType::Flag, "`0`, `1`", "0", "`0`", nullptr, false,
      "`1`: when this host's ranks fill its CPUs (`LOCAL_WORLD_SIZE` >= the CPUs the process may use), "
      "pin rank r's progress and completion threads to CPU r (mod the CPUs). Off by default: since "

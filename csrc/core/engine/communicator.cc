@@ -61,8 +61,9 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, CommOptions opt
   }
   nextPeerCheck_ = Clock::now();
   peerExitsChecked_ = exitsSeen();
-  for (auto [set, fd] : {std::pair{epollFd_, wakeFd_}, {epollFd_, timerFd_}, {epollFd_, transport_->eventFd()},
-                         {idleEpollFd_, wakeFd_}, {idleEpollFd_, timerFd_}}) {
+  for (auto [set, fd] : {std::pair{epollFd_, wakeFd_}, {epollFd_, timerFd_},
+                         {epollFd_, transport_->eventFd()}, {idleEpollFd_, wakeFd_},
+                         {idleEpollFd_, timerFd_}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
