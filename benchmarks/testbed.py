@@ -146,8 +146,7 @@ def worker(args) -> None:
     # The machine's CPU per one-way message (both hosts' stacks and ranks, the
     # other ranks waiting in a gloo barrier): what each message crossing
     # hosts costs the shared cores.
-    messages = 2 * args.pingpongs
-    per_message = [(b - a) / messages * 1e6 for a, b in zip(cpu, machine_cpu())]
+    per_message = [s * 1e6 for s in machine_cpu_since(cpu, 2 * args.pingpongs)]
     results = {"one_way_us": statistics.median(rtts) / 2 * 1e6 if rank == 0 else None,
                "message_cpu_us": per_message}
     for coll in args.collectives.split(","):
@@ -184,6 +183,11 @@ def machine_cpu() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / hz, (system + irq + softirq) / hz
 
 
+def machine_cpu_since(before: tuple[float, float], count: int) -> tuple[float, float]:
+    """machine_cpu() spent since `before`, per one of `count` calls or messages."""
+    return tuple((b - a) / count for a, b in zip(before, machine_cpu()))
+
+
 def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1):
     """`calls` collectives on `group` back to back after a barrier on `sync`; checks
     the result and returns this rank's time per call in seconds, and the CPU the
@@ -199,7 +203,7 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1
         for _ in range(BARRIERS):
             dist.barrier(group=group)
         took = (time.perf_counter() - start) / BARRIERS
-        return took, tuple((b - a) / BARRIERS for a, b in zip(cpu, machine_cpu()))
+        return took, machine_cpu_since(cpu, BARRIERS)
     if coll == "all_reduce":
         t = torch.full((elems,), float(rank + 1))
         op = lambda: dist.all_reduce(t, group=group)  # noqa: E731
@@ -244,7 +248,7 @@ def call(dist, torch, coll, elems, rank, world, group, sync, what, root, calls=1
     for _ in range(calls):
         op()
     took = (time.perf_counter() - start) / calls
-    cpu = tuple((b - a) / calls for a, b in zip(cpu, machine_cpu()))
+    cpu = machine_cpu_since(cpu, calls)
     if not ok():
         raise SystemExit(f"{what}: wrong result on rank {rank}")
     return took, cpu

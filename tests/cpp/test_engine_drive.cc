@@ -48,19 +48,24 @@ struct Pending {
   std::optional<Error> error;
 };
 
-void submitAllReduce(Communicator& comm, ShmArea* area, int r, int size, uint64_t seq, Pending& p) {
-  CollArgs a{Collective::AllReduce, r, size, seq};
-  a.op = ReduceOp::Sum;
-  a.buf = p.buf.data();
-  a.count = p.buf.size();
-  a.shm = area;
-  auto op = std::make_unique<Op>("all_reduce", seq, buildAllReduceShm(a));
+// Submits `s`, whose completion sets `p`.
+void submitInto(Communicator& comm, const std::string& name, uint64_t seq, Schedule s, Pending& p) {
+  auto op = std::make_unique<Op>(name, seq, std::move(s));
   Pending* pp = &p;
   op->onDone = [pp](const Error* e) {
     if (e) pp->error = *e;
     pp->done = true;
   };
   comm.submit(std::move(op));
+}
+
+void submitAllReduce(Communicator& comm, ShmArea* area, int r, int size, uint64_t seq, Pending& p) {
+  CollArgs a{Collective::AllReduce, r, size, seq};
+  a.op = ReduceOp::Sum;
+  a.buf = p.buf.data();
+  a.count = p.buf.size();
+  a.shm = area;
+  submitInto(comm, "all_reduce", seq, buildAllReduceShm(a), p);
 }
 
 // drive() answers Busy when the progress lock stays taken for 200 us, as one
@@ -84,6 +89,30 @@ float sumOf(int size, int base) {
   float s = 0;
   for (int q = 0; q < size; ++q) s += float(q + base);
   return s;
+}
+
+// `rounds` all_reduces on `w`'s ranks, rank 1 arriving `late` in each, every
+// rank driving its own; returns rank 0's time for them all, in ms.
+int64_t allReduceRoundsWithLatePeer(BellWorld& w, int rounds, std::chrono::microseconds late) {
+  constexpr int size = 2;
+  std::atomic<int64_t> earlyRankMs{0};
+  onEachRank(size, [&](int r) {
+    auto start = Clock::now();
+    for (int k = 0; k < rounds; ++k) {
+      if (r == 1) std::this_thread::sleep_for(late);
+      Pending p;
+      p.buf.assign(16, float(r + k));
+      submitAllReduce(*w.comms[r], w.areas[r].get(), r, size, uint64_t(k + 1), p);
+      waitDriving(*w.comms[r], p);
+      RANK_REQUIRE_NO_ERROR(p.error);
+      RANK_REQUIRE(p.buf[0] == sumOf(size, k));
+    }
+    if (r == 0) {
+      earlyRankMs =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    }
+  });
+  return earlyRankMs;
 }
 
 }  // namespace
@@ -156,23 +185,9 @@ TEST_CASE("ops nobody waits on are finished by the progress thread") {
 TEST_CASE("a rank asleep on the doorbell wakes when its peer arrives, not at its sleep's time limit") {
   // A missed ring costs the sleeper its whole nap (up to 100 ms); 20 rounds
   // in which the peer arrives 5 ms late would then take over 2 s.
-  constexpr int size = 2, kRounds = 20;
-  BellWorld w(size, 1us);
-  std::atomic<int64_t> earlyRankMs{0};
-  onEachRank(size, [&](int r) {
-    auto start = Clock::now();
-    for (int k = 0; k < kRounds; ++k) {
-      if (r == 1) std::this_thread::sleep_for(5ms);
-      Pending p;
-      p.buf.assign(16, float(r + k));
-      submitAllReduce(*w.comms[r], w.areas[r].get(), r, size, uint64_t(k + 1), p);
-      waitDriving(*w.comms[r], p);
-      RANK_REQUIRE_NO_ERROR(p.error);
-      RANK_REQUIRE(p.buf[0] == sumOf(size, k));
-    }
-    if (r == 0) earlyRankMs = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  });
-  CAPTURE(earlyRankMs.load());
+  BellWorld w(2, 1us);
+  const int64_t earlyRankMs = allReduceRoundsWithLatePeer(w, 20, 5ms);
+  CAPTURE(earlyRankMs);
   REQUIRE(earlyRankMs < 1500);
 }
 
@@ -277,13 +292,7 @@ void exchangeRounds(std::vector<std::unique_ptr<Communicator>>& comms, int round
         std::this_thread::sleep_for(late);
         s.send(0, collTag(seq, 0), p.buf.data(), sizeof(float));
       }
-      auto op = std::make_unique<Op>("exchange", seq, std::move(s));
-      Pending* pp = &p;
-      op->onDone = [pp](const Error* e) {
-        if (e) pp->error = *e;
-        pp->done = true;
-      };
-      comms[size_t(r)]->submit(std::move(op));
+      submitInto(*comms[size_t(r)], "exchange", seq, std::move(s), p);
       waitDriving(*comms[size_t(r)], p);
       RANK_REQUIRE_NO_ERROR(p.error);
       RANK_REQUIRE(p.buf[0] == float(k));
@@ -317,18 +326,8 @@ TEST_CASE(
 TEST_CASE(
     "with the network spin gauged, waits on peers' shared-memory counters keep the spin, however "
     "long they last") {
-  constexpr int size = 2;
-  BellWorld w(size, 50us, true);
-  onEachRank(size, [&](int r) {
-    for (int k = 0; k < 12; ++k) {
-      if (r == 1) std::this_thread::sleep_for(3ms);
-      Pending p;
-      p.buf.assign(16, float(r + k));
-      submitAllReduce(*w.comms[r], w.areas[r].get(), r, size, uint64_t(k + 1), p);
-      waitDriving(*w.comms[r], p);
-      RANK_REQUIRE_NO_ERROR(p.error);
-    }
-  });
+  BellWorld w(2, 50us, true);
+  allReduceRoundsWithLatePeer(w, 12, 3ms);
   CHECK(w.comms[0]->spinsOnNetwork());
 }
 

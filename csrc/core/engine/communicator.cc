@@ -192,7 +192,7 @@ Communicator::Drive Communicator::drive(const std::function<bool()>& done, std::
     }
     if (pass()) {
       idleSince = Clock::now();
-      endWait(wait);
+      endWait(wait, idleSince);
       continue;
     }
     if (done()) break;

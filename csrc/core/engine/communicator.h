@@ -175,7 +175,9 @@ class Communicator {
     // thread after its look at the network (work handed to it moves, which
     // restarts the spin).
     bool restartsSpin() const { return (kind == Kind::Bell && !slice) || kind == Kind::Events; }
-    bool networkOnly = false;  // ops are pending and wait for the network alone
+    // Gauged (CommOptions::gaugeNetworkSpin): ops are pending and wait for
+    // the network alone.
+    bool networkOnly = false;
   };
   // One idle spell of a progressing thread, from the last pass that moved
   // something: scored by netSpin_ when every nap of it waited for the network alone.
@@ -186,7 +188,7 @@ class Communicator {
   };
   Nap planNap(Clock::time_point idleSince, std::optional<Clock::time_point> until);
   void noteNap(Wait& wait, const Nap& nap) const;
-  void endWait(Wait& wait);
+  void endWait(Wait& wait, Clock::time_point now);
   uint64_t awaitedBells() const;
   bool bellsCover(uint64_t waitsFor) const;
   bool armBell(Nap& nap, bool& moved);

@@ -120,10 +120,9 @@ Communicator::Nap Communicator::planNap(Clock::time_point idleSince,
   Nap nap;
   const bool polling = std::any_of(active_.begin(), active_.end(),
                                    [](auto& a) { return !a->ended && (!a->polling.empty() || !a->onDevice.empty()); });
-  nap.networkOnly =
-      !polling && std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
-  if (Clock::now() - idleSince < options_.spin &&
-      (!nap.networkOnly || !options_.gaugeNetworkSpin || netSpin_.worthSpinning())) {
+  nap.networkOnly = options_.gaugeNetworkSpin && !polling &&
+                    std::any_of(active_.begin(), active_.end(), [](auto& a) { return !a->ended; });
+  if (Clock::now() - idleSince < options_.spin && (!nap.networkOnly || netSpin_.worthSpinning())) {
     nap.kind = Nap::Kind::Yield;
   } else if (polling && options_.bell && noDeviceWork()) {
     // Polls on peers' shared-memory counters, whose moves ring the doorbell:
@@ -160,15 +159,14 @@ bool Communicator::armBell(Nap& nap, bool& moved) {
 }
 
 // With progressMu_ held, for each nap planned and after each pass that
-// moved something: a wait ends with the move, and is scored if every nap
-// of it waited for the network alone.
+// moved something (at `now`): a wait ends with the move, and is scored if
+// every nap of it waited for the network alone.
 void Communicator::noteNap(Wait& wait, const Nap& nap) const {
   wait.napped = true;
   wait.networkOnly = wait.networkOnly && nap.networkOnly;
 }
 
-void Communicator::endWait(Wait& wait) {
-  const auto now = Clock::now();
+void Communicator::endWait(Wait& wait, Clock::time_point now) {
   if (wait.napped && wait.networkOnly) netSpin_.record(now - wait.since);
   wait = Wait{now};
 }
@@ -296,7 +294,7 @@ void Communicator::progressLoop() {
     }
     if (pass()) {
       idleSince = Clock::now();
-      endWait(wait);
+      endWait(wait, idleSince);
       continue;
     }
     if (drivers_.load() > 0) continue;
